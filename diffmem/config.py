@@ -1,0 +1,358 @@
+"""Configuration: frozen dataclasses that are the only home of diffmem's defaults.
+
+The defaults are the paper's protocol (Bonnaire et al. 2025, arXiv 2505.17638): CelebA 32x32 grayscale, U-Net base
+width 32, DDPM with T = 1000 and a linear beta schedule, SGD with momentum 0.95 and lr 0.01, batch min(N, 512),
+40 log-spaced evaluations, 10k DDIM-100 samples per evaluation, memorized when d1/d2 < 1/3.
+
+A TOML experiment file has the sections ``[data] [model] [diffusion] [train] [eval]`` (and ``[sweep]`` for grids);
+``--set section.key=value`` overrides it, a later override winning. Values of ``--set`` are TOML literals
+(``false``, ``0.001``, ``[8, 16]``, ``"adam"``); a bare word is taken as a string.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+
+class ConfigError(ValueError):
+    """A bad configuration value or key; its message is one line that says what to do."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which images, at which size, and which of them are trained on.
+
+    The images of a source form one fixed ordering (documented per source in ``diffmem.data``). The last
+    ``n_heldout`` images of that ordering are the held-out pool (test loss, FID reference); the rest is the training
+    part, and the train set is images ``[subset_index * n, (subset_index + 1) * n)`` of the training part.
+    """
+
+    source: str = "celeba"  # "celeba" | "folder" | "lfw_faces" | "digits"
+    path: str | None = None  # CelebA root / image folder / a prepared .pt tensor file
+    n: int = 1024  # train-set size N (images)
+    image_size: int = 32  # side of the square images (pixels)
+    subset_index: int = 0  # which disjoint block of n training images
+    n_heldout: int = 10000  # size of the held-out pool at the end of the ordering (images)
+    cache_dir: str | None = None  # where prepared tensors go; default $DIFFMEM_CACHE or ~/.cache/diffmem
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The paper's U-Net (diffusers UNet2DModel): 3 levels with channels (W, 2W, 4W)."""
+
+    width: int = 32  # base channel width W
+    channel_mult: tuple[int, ...] = (1, 2, 4)
+    layers_per_block: int = 2  # ResNet blocks per level
+    attention: bool = True  # 4-head self-attention at the two coarsest levels and the bottleneck
+    attention_heads: int = 4
+    norm_groups: int = 8  # GroupNorm groups; the paper uses 8 (see CPU_CALIBRATION.md for W = 8 on CPU)
+    dropout: float = 0.1
+
+
+@dataclass(frozen=True)
+class DiffusionConfig:
+    """DDPM variance-preserving forward process with epsilon prediction."""
+
+    num_train_timesteps: int = 1000
+    beta_start: float = 1e-4
+    beta_end: float = 2e-2
+    beta_schedule: str = "linear"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The optimizer and the length of training. Steps are optimizer steps; images seen = steps x batch."""
+
+    optimizer: str = "sgd"  # "sgd" | "adam"
+    lr: float = 0.01
+    momentum: float = 0.95  # SGD momentum (ignored by Adam)
+    batch_size: int = 512  # the effective batch is min(batch_size, data.n)
+    steps: int = 2_000_000
+    seed: int = 0
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What is measured at each evaluation step."""
+
+    times: int | list[int] = 40  # count of log-spaced steps in [1, train.steps], or an explicit list of steps
+    inline: bool = True  # evaluate inside the training job (else leave it to `diffmem evaluate`)
+    n_samples: int = 10000
+    sampler: str = "ddim"
+    sampler_steps: int = 100
+    clip_sample: bool = True  # DDIM clips its predicted clean image to [-1, 1]
+    batch_size: int = 1000  # samples generated per forward batch
+    seed: int = 0  # sampling seed: the same checkpoint always gives the same samples
+    mem_threshold: float = 1 / 3  # memorized when d1/d2 < mem_threshold
+    n_boot: int = 1000  # bootstrap resamples for the f_mem confidence interval
+    loss_t: float = 0.01  # diffusion time of the train/test loss gap (the DDPM step with alpha_bar closest to e^-2t)
+    loss_noise_draws: int = 5
+    loss_n_test: int = 2048  # held-out images for the test loss
+    fid: bool = True
+    fid_extractor: str = "auto"  # "auto" | "inception" | the offline extractor's name
+    fid_n_reference: int = 10000  # held-out images in the FID reference statistics
+    fid_weights: str | None = None  # local Inception weights file (else $DIFFMEM_FID_WEIGHTS or torch's hub cache)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A grid of runs: every combination of n, width and seed."""
+
+    n: list[int] = field(default_factory=list)
+    width: list[int] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines one run; saved resolved in the run folder's config.json."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    @property
+    def batch_size(self) -> int:
+        """The effective batch: min(train.batch_size, data.n)."""
+        return min(self.train.batch_size, self.data.n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _section_to_dict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def replace(self, **sections: dict[str, Any]) -> RunConfig:
+        """A copy with some keys changed, e.g. ``cfg.replace(train={"steps": 10})``."""
+        new = {name: dataclasses.replace(getattr(self, name), **values) for name, values in sections.items()}
+        out = dataclasses.replace(self, **new)
+        validate(out)
+        return out
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "diffusion": DiffusionConfig,
+    "train": TrainConfig,
+    "eval": EvalConfig,
+}
+ALL_SECTIONS: dict[str, type] = {**SECTIONS, "sweep": SweepConfig}
+
+
+def _section_to_dict(obj: Any) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+# --- parsing and type checking ------------------------------------------------------------------------------------
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted for floats, lists for tuples."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        errors = []
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"{where} = {value!r} has the wrong type: expected {_type_name(tp)}")
+    if tp is type(None):
+        if value is None:
+            return None
+        raise ConfigError(f"{where}: expected null")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} = {value!r} has the wrong type: expected a list like [1, 2]")
+        (item_tp, *_) = typing.get_args(tp)
+        items = [_coerce(v, item_tp, where) for v in value]
+        return tuple(items) if origin is tuple else items
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - every annotation above is one of these
+        raise TypeError(f"unsupported annotation {tp!r} for {where}")
+    raise ConfigError(f"{where} = {value!r} has the wrong type: expected {_type_name(tp)}")
+
+
+def _closest(name: str, options: list[str]) -> str:
+    match = difflib.get_close_matches(name, options, n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _build_section(cls: type, section: str, values: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in hints:
+            raise ConfigError(f"unknown key '{section}.{key}'{_closest(key, names)}; valid keys of [{section}]: "
+                              + ", ".join(names))
+        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``"train.lr=0.001"`` -> ("train", "lr", 0.001). The value is a TOML literal; a bare word is a string."""
+    key, sep, raw = text.partition("=")
+    section, dot, name = key.strip().partition(".")
+    if not sep or not dot or not section or not name:
+        raise ConfigError(f"--set expects section.key=value, got '{text}' (e.g. --set train.steps=1000)")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return section, name, value
+
+
+def merge_sections(base: dict[str, dict[str, Any]], overrides: list[str]) -> dict[str, dict[str, Any]]:
+    """Apply ``--set`` overrides (in order) to a nested dict of TOML sections."""
+    out = {k: dict(v) for k, v in base.items()}
+    for text in overrides:
+        section, name, value = parse_override(text)
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def read_toml(path: str | Path) -> dict[str, dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist; pass a TOML file like experiments/demo.toml")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from None
+    for section, values in raw.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"'{section}' in {path} must be a [section] table; valid sections: "
+                              + ", ".join(ALL_SECTIONS))
+    return raw
+
+
+def build_configs(sections: dict[str, dict[str, Any]]) -> tuple[RunConfig, SweepConfig]:
+    """Nested dict of sections -> (validated RunConfig, SweepConfig)."""
+    for section in sections:
+        if section not in ALL_SECTIONS:
+            raise ConfigError(f"unknown config section '[{section}]'{_closest(section, list(ALL_SECTIONS))}; "
+                              "valid sections: " + ", ".join(ALL_SECTIONS))
+    built = {name: _build_section(cls, name, sections.get(name, {})) for name, cls in ALL_SECTIONS.items()}
+    sweep = built.pop("sweep")
+    run = RunConfig(**built)
+    validate(run)
+    return run, sweep
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, SweepConfig]:
+    """Read a TOML experiment file (or none: the paper's defaults) and apply ``--set`` overrides."""
+    base = read_toml(path) if path is not None else {}
+    return build_configs(merge_sections(base, list(overrides)))
+
+
+def config_from_dict(d: dict[str, Any]) -> RunConfig:
+    """Inverse of ``RunConfig.to_dict`` (reads the ``config`` stored in a run folder's config.json)."""
+    run, _ = build_configs({k: v for k, v in d.items() if k in SECTIONS})
+    return run
+
+
+# --- validation -----------------------------------------------------------------------------------------------------
+
+def validate(cfg: RunConfig) -> None:
+    """Reject values that cannot work, with a one-line message that says what to do."""
+    d, m, t, e = cfg.data, cfg.model, cfg.train, cfg.eval
+    if d.source not in ("celeba", "folder", "lfw_faces", "digits"):
+        raise ConfigError(f"data.source = '{d.source}' is unknown{_closest(d.source, ['celeba', 'folder', 'lfw_faces', 'digits'])}; "
+                          "choose celeba, folder, lfw_faces or digits")
+    if d.source in ("celeba", "folder") and not d.path:
+        raise ConfigError(f"data.source = '{d.source}' needs data.path (a local CelebA copy, an image folder or a "
+                          "tensor from `diffmem prepare`); or use --set data.source=lfw_faces for the embedded faces")
+    if d.n < 2:
+        raise ConfigError(f"data.n = {d.n}: the train set needs at least 2 images (the memorization test compares "
+                          "nearest and second-nearest)")
+    if d.subset_index < 0:
+        raise ConfigError(f"data.subset_index = {d.subset_index} must be >= 0")
+    if d.n_heldout < 1:
+        raise ConfigError(f"data.n_heldout = {d.n_heldout} must be >= 1 (held-out images for test loss and FID)")
+    levels = len(m.channel_mult)
+    factor = 2 ** (levels - 1)
+    if d.image_size < factor or d.image_size % factor:
+        raise ConfigError(f"data.image_size = {d.image_size} must be a multiple of {factor} (the U-Net halves it "
+                          f"{levels - 1} times)")
+    if m.width < 1:
+        raise ConfigError(f"model.width = {m.width} must be >= 1")
+    if m.norm_groups < 1 or m.width % m.norm_groups:
+        raise ConfigError(f"model.width = {m.width} is not a multiple of model.norm_groups = {m.norm_groups}; "
+                          "pick a width like 8, 16, 32 or set model.norm_groups to a divisor of the width")
+    if m.attention and (m.width * min(m.channel_mult)) % m.attention_heads:
+        raise ConfigError(f"model.width = {m.width} is not divisible by model.attention_heads = {m.attention_heads}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError(f"model.dropout = {m.dropout} must be in [0, 1)")
+    if t.optimizer not in ("sgd", "adam"):
+        raise ConfigError(f"train.optimizer = '{t.optimizer}' is unknown{_closest(t.optimizer, ['sgd', 'adam'])}; "
+                          "choose sgd or adam")
+    if t.lr <= 0:
+        raise ConfigError(f"train.lr = {t.lr} must be > 0")
+    if not 0.0 <= t.momentum < 1.0:
+        raise ConfigError(f"train.momentum = {t.momentum} must be in [0, 1)")
+    if t.steps <= 0:
+        raise ConfigError(f"train.steps = {t.steps} must be > 0")
+    if t.batch_size < 1:
+        raise ConfigError(f"train.batch_size = {t.batch_size} must be >= 1")
+    if t.device not in ("auto", "cpu", "cuda") and not t.device.startswith("cuda:"):
+        raise ConfigError(f"train.device = '{t.device}' is unknown; choose auto, cpu or cuda")
+    if isinstance(e.times, int):
+        if e.times < 1:
+            raise ConfigError(f"eval.times = {e.times} must be >= 1 (a count of log-spaced steps) or a list of steps")
+    else:
+        bad = [s for s in e.times if not 1 <= s <= t.steps]
+        if not e.times or bad:
+            raise ConfigError(f"eval.times lists steps {bad or '[]'} outside [1, train.steps = {t.steps}]")
+    if e.n_samples < 2 or e.sampler_steps < 1 or e.batch_size < 1:
+        raise ConfigError("eval.n_samples must be >= 2 and eval.sampler_steps, eval.batch_size >= 1")
+    if e.sampler not in ("ddim", "ddpm"):
+        raise ConfigError(f"eval.sampler = '{e.sampler}' is unknown; choose ddim or ddpm")
+    if not 0.0 < e.mem_threshold <= 1.0:
+        raise ConfigError(f"eval.mem_threshold = {e.mem_threshold} must be in (0, 1]")
+    if e.loss_t <= 0:
+        raise ConfigError(f"eval.loss_t = {e.loss_t} must be > 0 (a diffusion time, paper: 0.01)")
+
+
+# Keys that may change between reruns of one run folder: they change how a run executes, not what it computes.
+EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "eval.inline", "eval.batch_size", "eval.fid_weights"})
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``section.key: old -> new`` for every key that differs between two ``RunConfig.to_dict()`` results,
+    ignoring ``EXECUTION_KEYS``."""
+    out = []
+    for section in sorted(set(old) | set(new)):
+        a, b = old.get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            name = f"{section}.{key}"
+            if name not in EXECUTION_KEYS and a.get(key) != b.get(key):
+                out.append(f"{name}: {a.get(key)!r} -> {b.get(key)!r}")
+    return out

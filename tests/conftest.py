@@ -1,0 +1,70 @@
+"""Shared pytest fixtures.
+
+* ``celeba_root``: a factory that writes a small CelebA copy in torchvision's layout (see its docstring).
+* every test gets its own $DIFFMEM_CACHE folder, so no test reads or writes the user's ~/.cache/diffmem.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+# (width, height) of the fake images, cycled: CelebA's aligned 178x218 first, then other sizes and aspect ratios.
+CELEBA_FAKE_SIZES = ((178, 218), (218, 178), (100, 150), (64, 64), (250, 120), (31, 47))
+
+
+def make_celeba(base: Path, n: int = 40, with_partition: bool = True, nested: bool = True,
+                partitions: Sequence[int] | None = None, seed: int = 0) -> Path:
+    """Write a fake CelebA copy under ``base`` and return its root.
+
+    nested=True: torchvision's layout ``root/celeba/img_align_celeba/000001.jpg ...`` and
+    ``root/celeba/list_eval_partition.txt``; nested=False: ``root/img_align_celeba/`` and ``root/list_eval_partition.txt``.
+    Images: n RGB JPEGs named 000001.jpg .. of the sizes in CELEBA_FAKE_SIZES (cycled), smooth random colour fields
+    plus noise, seeded by ``seed``. Partitions: ``partitions`` (one 0/1/2 per image) or, by default, a seeded random
+    assignment (half 0, a quarter each 1 and 2; all three for n >= 4) not sorted by filename.
+    """
+    rng = np.random.default_rng(seed)
+    root = base / f"celeba_root_{seed}_{n}_{int(nested)}_{int(with_partition)}"
+    celeba_dir = root / "celeba" if nested else root
+    image_dir = celeba_dir / "img_align_celeba"
+    image_dir.mkdir(parents=True)
+    names = [f"{k + 1:06d}.jpg" for k in range(n)]
+    for k, name in enumerate(names):
+        width, height = CELEBA_FAKE_SIZES[k % len(CELEBA_FAKE_SIZES)]
+        coarse = rng.uniform(0, 255, size=(4, 4, 3)).astype(np.uint8)
+        field = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BILINEAR), dtype=np.float64)
+        pixels = np.clip(field + rng.normal(0, 12, size=field.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(image_dir / name, quality=90)
+    if with_partition:
+        if partitions is None:
+            partitions = np.resize([0, 0, 1, 2], n)
+            rng.shuffle(partitions)
+        if len(partitions) != n:
+            raise ValueError(f"partitions has {len(partitions)} entries, expected one per image (n = {n})")
+        lines = [f"{name} {int(p)}" for name, p in zip(names, partitions)]
+        (celeba_dir / "list_eval_partition.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture
+def celeba_root(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: ``celeba_root(n=40, with_partition=True, nested=True, partitions=None, seed=0) -> root`` under
+    tmp_path (see :func:`make_celeba`); call it several times for several copies."""
+
+    def make(n: int = 40, with_partition: bool = True, nested: bool = True,
+             partitions: Sequence[int] | None = None, seed: int = 0) -> Path:
+        return make_celeba(tmp_path, n=n, with_partition=with_partition, nested=nested,
+                           partitions=partitions, seed=seed)
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def isolated_diffmem_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point $DIFFMEM_CACHE at a fresh folder (outside tmp_path) for every test."""
+    cache = tmp_path_factory.mktemp("diffmem_cache")
+    monkeypatch.setenv("DIFFMEM_CACHE", str(cache))
+    return cache

@@ -1,0 +1,84 @@
+"""Config: defaults are the paper's protocol; TOML + --set overrides; one-line errors for bad keys and types."""
+import pytest
+
+from diffmem.config import ConfigError, RunConfig, config_diff, config_from_dict, load_config, parse_override
+
+
+def write(tmp_path, text):
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_are_the_papers_protocol():
+    cfg = RunConfig()
+    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.momentum, cfg.train.batch_size) == ("sgd", 0.01, 0.95, 512)
+    assert (cfg.data.image_size, cfg.model.channel_mult, cfg.model.norm_groups, cfg.model.dropout) == (32, (1, 2, 4), 8, 0.1)
+    assert (cfg.diffusion.num_train_timesteps, cfg.diffusion.beta_start, cfg.diffusion.beta_end) == (1000, 1e-4, 2e-2)
+    assert (cfg.eval.n_samples, cfg.eval.sampler_steps, cfg.eval.mem_threshold, cfg.eval.times) == (10000, 100, 1 / 3, 40)
+
+
+def test_effective_batch_is_min_of_batch_and_n(tmp_path):
+    cfg, _ = load_config(write(tmp_path, '[data]\nsource = "lfw_faces"\nn = 64\n[train]\nbatch_size = 512\n'))
+    assert cfg.batch_size == 64
+
+
+def test_toml_then_overrides_in_order(tmp_path):
+    path = write(tmp_path, '[data]\nsource = "lfw_faces"\nn = 8\n[train]\nlr = 0.5\noptimizer = "sgd"\n'
+                           '[sweep]\nn = [8, 16]\n')
+    cfg, sweep = load_config(path, ["train.lr=0.001", "train.optimizer=adam", "train.lr=2e-3", "eval.times=[1, 5]",
+                                    "model.attention=false"])
+    assert cfg.train.lr == 0.002 and cfg.train.optimizer == "adam" and cfg.eval.times == [1, 5]
+    assert cfg.model.attention is False and cfg.data.n == 8 and sweep.n == [8, 16]
+
+
+def test_int_accepted_for_float_but_not_the_reverse(tmp_path):
+    cfg, _ = load_config(None, ["data.source=lfw_faces", "train.lr=1"])
+    assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
+    with pytest.raises(ConfigError, match="train.steps = 1.5 has the wrong type"):
+        load_config(None, ["data.source=lfw_faces", "train.steps=1.5"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lrr=0.1", r"unknown key 'train.lrr' \(did you mean 'lr'\?\); valid keys of \[train\]: optimizer, lr"),
+    ("trian.lr=0.1", r"unknown config section '\[trian\]' \(did you mean 'train'\?\)"),
+    ("model.attention=3", r"model.attention = 3 has the wrong type: expected bool"),
+    ("train.optimizer=adamw", r"train.optimizer = 'adamw' is unknown \(did you mean 'adam'\?\)"),
+    ("train.steps=0", r"train.steps = 0 must be > 0"),
+    ("train.lr=-1", r"train.lr = -1.0 must be > 0"),
+    ("data.n=1", r"data.n = 1: the train set needs at least 2 images"),
+    ("model.width=12", r"model.width = 12 is not a multiple of model.norm_groups = 8"),
+    ("data.image_size=30", r"data.image_size = 30 must be a multiple of 4"),
+    ("eval.times=[0, 5]", r"eval.times lists steps \[0\] outside"),
+    ("trainlr", r"--set expects section.key=value"),
+])
+def test_bad_values_give_one_line_errors(override, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(None, ["data.source=lfw_faces", override])
+    assert "\n" not in str(info.value)
+
+
+def test_celeba_needs_a_path():
+    with pytest.raises(ConfigError, match="needs data.path"):
+        load_config(None, [])
+
+
+def test_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[train\n"))
+
+
+def test_round_trip_and_diff():
+    cfg, _ = load_config(None, ["data.source=lfw_faces", "train.steps=100"])
+    assert config_from_dict(cfg.to_dict()) == cfg
+    other = cfg.replace(train={"steps": 200, "device": "cpu"})
+    assert config_diff(cfg.to_dict(), other.to_dict()) == ["train.steps: 100 -> 200"]
+
+
+def test_parse_override_literals():
+    assert parse_override("eval.fid=false") == ("eval", "fid", False)
+    assert parse_override("sweep.n=[8, 16]") == ("sweep", "n", [8, 16])
+    assert parse_override('data.path="/a b/c"') == ("data", "path", "/a b/c")
+    assert parse_override("data.path=/data/celeba") == ("data", "path", "/data/celeba")
