@@ -109,6 +109,7 @@ class SweepConfig:
     n: list[int] = field(default_factory=list)
     width: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0])
+    steps_per_n: int = 0  # > 0: each run trains for steps_per_n * n steps (budget ∝ N, as tau_mem ∝ N needs)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,153 @@
+"""``diffmem <verb>``: thin entry points that parse flags into configs and call the library.
+
+Every error a user can cause ends as one line on stderr and a non-zero exit; ``--debug`` shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from diffmem import __version__
+
+VERBS = {
+    "prepare": "turn a local CelebA copy or image folder into one cached uint8 tensor + manifest",
+    "train": "train one run folder (continues a partial run, skips a finished one)",
+    "evaluate": "evaluate every checkpoint of a run folder that has no metrics line yet",
+    "demo": "the embedded CPU demo: a small N sweep on built-in faces, then the analysis",
+}
+
+
+def _config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:
+    if config_required:
+        p.add_argument("config", help="TOML experiment file (sections [data] [model] [diffusion] [train] [eval])")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config key (repeatable; TOML literal values, e.g. --set train.lr=0.001)")
+    p.add_argument("--fid-weights", metavar="PATH",
+                   help="local Inception weights file for standard FID (or set DIFFMEM_FID_WEIGHTS)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="diffmem",
+        description="Measure when diffusion models start to copy their training data "
+                    "(Bonnaire et al. 2025, arXiv 2505.17638).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="verbs:\n" + "\n".join(f"  {k:<10} {v}" for k, v in VERBS.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"diffmem {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    p = sub.add_parser("prepare", help=VERBS["prepare"], description=VERBS["prepare"])
+    p.add_argument("source", choices=["celeba", "folder"], help="celeba: torchvision's CelebA layout; "
+                   "folder: a plain folder of images")
+    p.add_argument("--root", required=True, help="the CelebA root (holding img_align_celeba/ or "
+                   "celeba/img_align_celeba/) or the image folder")
+    p.add_argument("--size", type=int, default=32, help="image side after Resize + CenterCrop (default 32)")
+    p.add_argument("--out", help="output tensor file (default: in the cache folder, $DIFFMEM_CACHE or "
+                   "~/.cache/diffmem)")
+    p.add_argument("--skip-bad", action="store_true", help="skip unreadable images (counted in the manifest)")
+
+    p = sub.add_parser("train", help=VERBS["train"], description=VERBS["train"])
+    _config_args(p)
+    p.add_argument("--out", required=True, help="the run folder")
+
+    p = sub.add_parser("evaluate", help=VERBS["evaluate"], description=VERBS["evaluate"])
+    p.add_argument("run_dir", help="a run folder written by `diffmem train`")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--fid-weights", metavar="PATH", help="local Inception weights file")
+
+    p = sub.add_parser("demo", help=VERBS["demo"], description=VERBS["demo"])
+    _config_args(p, config_required=False)
+    p.add_argument("--config", dest="config", default=None,
+                   help="experiment file (default: experiments/demo.toml of this checkout)")
+    p.add_argument("--out", default="runs/demo", help="experiment folder (default runs/demo)")
+    p.add_argument("--quick", action="store_true", help="the 3-minute version the test suite runs")
+    return parser
+
+
+def _load(args) -> tuple:
+    from diffmem.config import load_config
+
+    overrides = list(args.overrides)
+    if getattr(args, "fid_weights", None):
+        overrides.append(f"eval.fid_weights={_toml_str(args.fid_weights)}")
+    return load_config(args.config, overrides)
+
+
+def _toml_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def cmd_prepare(args) -> int:
+    from diffmem.data import prepare_celeba
+
+    out = prepare_celeba(args.root, size=args.size, out=args.out, skip_bad=args.skip_bad)
+    print(out)
+    return 0
+
+
+def cmd_train(args) -> int:
+    from diffmem.train import train
+
+    cfg, _ = _load(args)
+    result = train(cfg, args.out, progress=not args.no_progress)
+    return 0 if result.status in ("done", "skipped", "interrupted") else 1
+
+
+def cmd_evaluate(args) -> int:
+    import os
+
+    from diffmem.evaluate import evaluate_run
+
+    if args.fid_weights:
+        os.environ["DIFFMEM_FID_WEIGHTS"] = args.fid_weights
+    evaluate_run(args.run_dir, device=args.device)
+    return 0
+
+
+def demo_config_path() -> Path:
+    """experiments/demo.toml of the checkout this package was installed from."""
+    return Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
+
+
+def cmd_demo(args) -> int:
+    from diffmem.demo import run_demo
+
+    if args.config is None:
+        args.config = demo_config_path()
+        if not args.config.is_file():
+            raise FileNotFoundError(f"{args.config} not found (diffmem was not installed from a checkout); "
+                                    "pass --config experiments/demo.toml")
+    cfg, sweep = _load(args)
+    return run_demo(cfg, sweep, args.out, quick=args.quick, progress=not args.no_progress)
+
+
+COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "demo": cmd_demo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        return COMMANDS[args.verb](args)
+    except KeyboardInterrupt:
+        print("diffmem: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, RuntimeError) as e:  # user errors become one line; --debug for the traceback
+        if args.debug:
+            raise
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"diffmem {args.verb}: error: {message}", file=sys.stderr)
+        return 2
+    finally:
+        if args.debug:
+            print(f"[{args.verb} took {time.perf_counter() - start:.1f} s]", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""One checkpoint -> samples -> metrics -> one line appended to the run's metrics.jsonl.
+
+At each evaluation step diffmem draws ``eval.n_samples`` DDIM samples with a fixed seed, measures the memorized
+fraction f_mem against the train set (``diffmem.metrics.memorization``), FID or an offline FD against the held-out
+images (``diffmem.metrics.fid``), and the train/test denoising loss at a fixed diffusion time
+(``diffmem.metrics.losses``). The same checkpoint always gives the same numbers on the same device.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torchvision.utils import make_grid, save_image
+
+from diffmem.config import RunConfig, config_from_dict
+from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to_model, to_pixels, to_uint8
+from diffmem.device import resolve_device
+from diffmem.diffusion import Diffusion
+from diffmem.io import append_jsonl
+from diffmem.metrics.fid import fid as compute_fid, make_reference_key
+from diffmem.metrics.losses import loss_gap
+from diffmem.metrics.memorization import memorized_fraction
+from diffmem.model import build_from_config
+from diffmem.rundir import RunDir
+
+GRID_PAIRS = 32  # samples shown in each sample grid, each above its nearest training image
+
+
+class Evaluator:
+    """Everything one run's evaluations share (train/test tensors, FID reference), built once per process."""
+
+    def __init__(self, cfg: RunConfig, run: RunDir, splits: Splits, dataset_sha256: str, diffusion: Diffusion,
+                 device: torch.device, log: Callable[[str], None] = print):
+        self.cfg, self.run, self.splits, self.diffusion, self.device, self.log = cfg, run, splits, diffusion, device, log
+        e = cfg.eval
+        self.train_x = to_model(splits.train, splits.mean).to(device)
+        self.test_x = to_model(splits.heldout[:e.loss_n_test], splits.mean).to(device)
+        self.loss_step = diffusion.step_for_time(e.loss_t)
+        self.fid_reference = splits.heldout[:e.fid_n_reference]
+        n_ref = len(self.fid_reference)
+        # images [start, start + n_ref) of the source's ordering: unique for every held-out pool and size
+        self.fid_reference_key = make_reference_key(dataset_sha256, n_ref, start=splits.heldout_range[0])
+        self.fid_cache = default_cache_dir(cfg.data.cache_dir) / "fid_stats"
+        self.shape = tuple(splits.train.shape[1:])
+        self.batch_size = cfg.batch_size
+
+    def evaluate(self, model: torch.nn.Module, step: int, train_s: float | None = None) -> dict[str, Any]:
+        """Measure ``model`` (the weights at training step ``step``), append the record, return it."""
+        e = self.cfg.eval
+        fork_devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=fork_devices):  # evaluation never moves the training RNG
+            t0 = time.perf_counter()
+            generator = torch.Generator(device="cpu").manual_seed(e.seed)
+            samples = self.diffusion.sample(model, e.n_samples, self.shape, generator, kind=e.sampler,
+                                            steps=e.sampler_steps, clip_sample=e.clip_sample,
+                                            batch_size=e.batch_size, device=self.device)
+            t1 = time.perf_counter()
+            mem = memorized_fraction(samples, self.train_x, threshold=e.mem_threshold, n_boot=e.n_boot, seed=e.seed)
+            t2 = time.perf_counter()
+            fid_value = fid_extractor = fid_reference = None
+            if e.fid:
+                result = compute_fid(to_uint8(samples, self.splits.mean.to(samples.device)).cpu(),
+                                     self.fid_reference, reference_key=self.fid_reference_key,
+                                     cache_dir=self.fid_cache, extractor=e.fid_extractor, weights=e.fid_weights,
+                                     device=str(self.device))
+                fid_value, fid_extractor, fid_reference = result.value, result.extractor, result.reference
+            t3 = time.perf_counter()
+            train_loss, test_loss = loss_gap(model, self.diffusion, self.train_x, self.test_x, self.loss_step,
+                                             draws=e.loss_noise_draws, seed=e.seed)
+            t4 = time.perf_counter()
+            self._save_grid(samples, mem.idx1, mem.ratios < e.mem_threshold, step)
+        record = {
+            "step": step,
+            "images_seen": step * self.batch_size,
+            "n_samples": e.n_samples,
+            "sampler": e.sampler,
+            "sampler_steps": e.sampler_steps,
+            "f_mem": mem.fraction,
+            "f_mem_lo": mem.lo,
+            "f_mem_hi": mem.hi,
+            "mem_threshold": e.mem_threshold,
+            "fid": fid_value,
+            "fid_extractor": fid_extractor,
+            "fid_reference": fid_reference,
+            "train_loss": train_loss,
+            "test_loss": test_loss,
+            "loss_t": e.loss_t,
+            "loss_step": self.loss_step,
+            "train_s": train_s,
+            "sample_s": round(t1 - t0, 3),
+            "nn_s": round(t2 - t1, 3),
+            "fid_s": round(t3 - t2, 3),
+            "loss_s": round(t4 - t3, 3),
+            "wall_s": round(time.perf_counter() - t0, 3),
+        }
+        append_jsonl(self.run.metrics_path, record)
+        fid_text = "off" if fid_value is None else f"{fid_value:.2f}"
+        self.log(f"{self.run.path.name} step {step}: f_mem {mem.fraction:.3f} [{mem.lo:.3f}, {mem.hi:.3f}]  "
+                 f"fd {fid_text}  loss train {train_loss:.4f} test {test_loss:.4f}  ({record['wall_s']:.1f} s)")
+        return record
+
+    def fill_missing(self) -> list[int]:
+        """Evaluate every saved checkpoint that has no metrics line yet; returns the steps evaluated."""
+        missing = sorted(set(self.run.checkpoint_steps()) - self.run.evaluated_steps())
+        if not missing:
+            return []
+        model = build_from_config(self.cfg.model, self.cfg.data.image_size).to(self.device)
+        for step in missing:
+            state = torch.load(self.run.checkpoint_path(step), map_location=self.device, weights_only=True)
+            model.load_state_dict(state["model"])
+            self.evaluate(model, step)
+        return missing
+
+    def _save_grid(self, samples: torch.Tensor, idx1: torch.Tensor, memorized: torch.Tensor, step: int) -> None:
+        """Save ``samples/step_XXXXXXXXX.png``: rows of samples above their nearest training images; memorized
+        samples framed in red, others in grey."""
+        k = min(GRID_PAIRS, len(samples))
+        mean = self.splits.mean.to(samples.device)
+        shown = to_pixels(samples[:k], mean).cpu()
+        nearest = to_pixels(self.train_x[idx1[:k].to(self.train_x.device)], self.splits.mean.to(self.device)).cpu()
+        red, grey = torch.tensor([1.0, 0.1, 0.1]), torch.tensor([0.5, 0.5, 0.5])
+        colors = torch.where(memorized[:k].cpu().view(-1, 1), red, grey)
+
+        def framed(x: torch.Tensor) -> torch.Tensor:
+            rgb = x.expand(-1, 3, -1, -1)
+            out = colors.view(-1, 3, 1, 1).expand(-1, -1, rgb.shape[2] + 2, rgb.shape[3] + 2).clone()
+            out[:, :, 1:-1, 1:-1] = rgb
+            return out
+
+        per_row = min(16, k)
+        rows = []
+        for start in range(0, k, per_row):
+            rows += [framed(shown[start:start + per_row]), F.pad(nearest[start:start + per_row], (1, 1, 1, 1),
+                                                                value=1.0).expand(-1, 3, -1, -1)]
+        tiles = torch.cat([torch.cat([r, torch.ones(per_row - len(r), *r.shape[1:])]) for r in rows])
+        path = self.run.samples_path(step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp.png")
+        save_image(make_grid(tiles, nrow=per_row, padding=1, pad_value=1.0), tmp)
+        tmp.replace(path)
+
+
+def evaluate_run(run_dir: str | Path, device: str = "auto", log: Callable[[str], None] = print) -> list[int]:
+    """``diffmem evaluate RUN_DIR``: evaluate every checkpoint of a run that has no metrics line yet."""
+    run = RunDir(run_dir)
+    if not run.config_path.exists():
+        raise FileNotFoundError(f"{run.path} is not a run folder (no config.json); pass the folder `diffmem train` "
+                                "wrote")
+    cfg = config_from_dict(json.loads(run.config_path.read_text())["config"])
+    images = load_images(cfg.data)
+    splits = make_splits(images, cfg.data)
+    dev = resolve_device(device)
+    evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
+    done = evaluator.fill_missing()
+    if not done:
+        log(f"{run.path}: every checkpoint already has a metrics line")
+    return done

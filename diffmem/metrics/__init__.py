@@ -1,0 +1,9 @@
+"""Metrics of one checkpoint's samples, one module each.
+
+- ``memorization``: nearest / second-nearest training images, d1/d2 ratio, memorized fraction with a bootstrap CI.
+- ``fid``: Frechet distance by torch-fidelity (Inception when its weights are on disk, else an offline extractor),
+  with cached reference statistics; ``metric_label`` names the number ("FID" or "FD (<extractor>)").
+- ``losses``: the denoising loss at a fixed diffusion time on train and held-out images (the loss gap).
+
+The modules are imported on use (``from diffmem.metrics.fid import fid``), so importing one does not load the others.
+"""

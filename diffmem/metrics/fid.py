@@ -1,0 +1,351 @@
+"""Frechet distance between generated and held-out images, computed by torch-fidelity.
+
+Everything numeric goes through ``torch_fidelity.calculate_metrics`` (its feature extraction, its
+``fid_features_to_statistics`` -> ``fid_statistics_to_metric`` path, and its file cache of the reference
+statistics); this module only picks the feature extractor, wraps the image tensors and names the result.
+
+Images are uint8 tensors (n, C, H, W) with C = 1 or 3 and pixels in 0..255. Grayscale images (C = 1) are repeated
+to 3 identical uint8 channels before feature extraction, since both extractors take RGB; the Inception extractor
+resizes them to 299 x 299 itself (bilinear, like TensorFlow 1.x), the offline extractor to 32 x 32.
+
+Extractors:
+- ``"inception-v3-compat"`` (asked for as ``"inception"``): torch-fidelity's port of the TF Inception-v3 used by
+  the original FID. Its weights file (``INCEPTION_WEIGHTS_FILENAME``) is read from, in order, the ``weights``
+  argument (``--fid-weights PATH``), ``$DIFFMEM_FID_WEIGHTS``, or ``torch.hub.get_dir()/checkpoints/``, the place
+  torch-fidelity's own downloader would have put it. The resolved path is always handed to torch-fidelity
+  (``feature_extractor_weights_path``), so torch-fidelity never reaches for the network; a missing file raises
+  ``FIDWeightsError``. Only numbers from this extractor are called "FID".
+- ``"diffmem-randconv-v1"`` (``OFFLINE_EXTRACTOR``): a fixed-seed random convolutional network shipped in this
+  module (no file, no download), registered with torch-fidelity. Its numbers are a Frechet distance in its own
+  feature space: comparable with each other, not with published FIDs; label them ``metric_label(extractor)``,
+  i.e. "FD (diffmem-randconv-v1)".
+- ``"auto"``: Inception when its weights are on disk, otherwise the offline extractor and a one-line warning.
+
+Reference statistics (mean and covariance of the held-out images' features) are computed once per reference set and
+extractor and cached by torch-fidelity in ``cache_dir`` under a name built from ``reference_key`` (the caller's
+identity of the held-out set, e.g. ``make_reference_key(dataset_sha256, 10000)`` = "heldout:10000@<sha256[:12]>") and
+the extractor name; later calls read the file and never run the extractor on the reference images. torch-fidelity
+also caches the reference features next to it (n_reference x dim float32: 82 MB for Inception at 10k images).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch_fidelity
+from torch_fidelity.feature_extractor_base import FeatureExtractorBase
+from torch_fidelity.feature_extractor_inceptionv3 import URL_INCEPTION_V3
+from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
+
+INCEPTION_EXTRACTOR = "inception-v3-compat"
+INCEPTION_WEIGHTS_URL = URL_INCEPTION_V3
+INCEPTION_WEIGHTS_FILENAME = os.path.basename(URL_INCEPTION_V3)  # weights-inception-2015-12-05-6726825d.pth
+WEIGHTS_ENV_VAR = "DIFFMEM_FID_WEIGHTS"
+OFFLINE_EXTRACTOR = "diffmem-randconv-v1"
+EXTRACTOR_CHOICES = ("auto", "inception", INCEPTION_EXTRACTOR, OFFLINE_EXTRACTOR)
+
+
+class FIDError(ValueError):
+    """Bad input to the FID computation; the message is one line that says what to do."""
+
+
+class FIDWeightsError(FIDError):
+    """The Inception weights file is not on disk (and nothing will download it)."""
+
+
+@dataclass(frozen=True)
+class FIDResult:
+    """One Frechet distance and what produced it.
+
+    value: the distance (squared feature units; lower is better).
+    extractor: resolved extractor name, "inception-v3-compat" or "diffmem-randconv-v1".
+    reference: the reference set's key, e.g. "heldout:10000@0123456789ab".
+    n_samples, n_reference: images in the two sets.
+    """
+
+    value: float
+    extractor: str
+    reference: str
+    n_samples: int
+    n_reference: int
+
+    @property
+    def label(self) -> str:
+        """"FID" for Inception features, "FD (<extractor>)" otherwise."""
+        return metric_label(self.extractor)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def metric_label(extractor: str) -> str:
+    """How to name a number from ``extractor`` in tables and plots: "FID" only for Inception features."""
+    if extractor in ("inception", INCEPTION_EXTRACTOR):
+        return "FID"
+    return f"FD ({extractor})"
+
+
+def make_reference_key(dataset_sha256: str, n_reference: int, start: int = 0) -> str:
+    """Identity of a held-out reference set: "heldout:<n>@<sha256[:12]>", or "heldout:<start>+<n>@..." if start > 0.
+
+    ``start`` is the offset of the set inside the held-out pool (disjoint reference sets have different starts).
+    """
+    if not re.fullmatch(r"[0-9a-fA-F]{12,}", dataset_sha256 or ""):
+        raise FIDError(f"dataset_sha256 = {dataset_sha256!r} is not a hex digest; pass the sha256 from the dataset "
+                       "manifest")
+    if n_reference < 2 or start < 0:
+        raise FIDError(f"reference set of {n_reference} images from {start}: need n_reference >= 2 and start >= 0")
+    where = f"{start}+{n_reference}" if start else f"{n_reference}"
+    return f"heldout:{where}@{dataset_sha256[:12].lower()}"
+
+
+# --- the offline extractor ------------------------------------------------------------------------------------------
+
+class RandConvFeatureExtractor(FeatureExtractorBase):
+    """A fixed random conv net: uint8 (B, 3, H, W) -> (B, 256) float32 features; torch-fidelity extractor.
+
+    Pixels are mapped to [-1, 1] and resized to 32 x 32 (bilinear, antialiased). Three 3x3 convolutions
+    (3 -> 32 -> 64 -> 64 channels, no bias, zero padding), each followed by the absolute value and 2x2 average
+    pooling (32 -> 16 -> 8 -> 4 px), then 2x2 adaptive average pooling: 64 channels x 2 x 2 = 256 features that keep
+    coarse spatial layout. The absolute value (rather than ReLU) leaves no dead features on dark-background images
+    and, on sklearn's digits, made the distance most sensitive to noise, blur and brightness changes relative to
+    the sampling noise between two disjoint halves.
+    Weights are He-normal (std sqrt(2 / fan_in)), drawn on the CPU from a private ``torch.Generator`` seeded with
+    ``SEED`` (the global RNG is untouched), so every build on every machine with the same torch version has the
+    same weights. About 8 M multiply-adds per image.
+    """
+
+    SEED = 20250523
+    INPUT_SIZE = 32
+    CHANNELS = (3, 32, 64, 64)
+    FEATURE = "256"
+
+    def __init__(self, name: str, features_list: list[str], **kwargs: Any) -> None:
+        # kwargs: torch-fidelity passes all its options to every extractor; none of them apply here.
+        super().__init__(name, features_list)
+        generator = torch.Generator(device="cpu").manual_seed(self.SEED)
+        for layer, (c_in, c_out) in enumerate(zip(self.CHANNELS[:-1], self.CHANNELS[1:])):
+            fan_in = c_in * 3 * 3
+            weight = torch.randn(c_out, c_in, 3, 3, generator=generator, dtype=torch.float32) * (2.0 / fan_in) ** 0.5
+            self.register_buffer(f"conv{layer}", weight)
+        self.requires_grad_(False)
+        self.eval()
+
+    @staticmethod
+    def get_provided_features_list() -> tuple[str, ...]:
+        return (RandConvFeatureExtractor.FEATURE,)
+
+    @staticmethod
+    def get_default_feature_layer_for_metric(metric: str) -> str:
+        if metric not in ("fid", "kid", "prc"):
+            raise FIDError(f"{OFFLINE_EXTRACTOR} has no class logits; it supports fid, kid and prc, not {metric}")
+        return RandConvFeatureExtractor.FEATURE
+
+    @staticmethod
+    def can_be_compiled() -> bool:
+        return False
+
+    @staticmethod
+    def get_dummy_input_for_compile() -> torch.Tensor:
+        return torch.zeros(1, 3, RandConvFeatureExtractor.INPUT_SIZE, RandConvFeatureExtractor.INPUT_SIZE,
+                           dtype=torch.uint8)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not (isinstance(images, torch.Tensor) and images.dtype == torch.uint8 and images.dim() == 4
+                and images.shape[1] == 3):
+            raise FIDError(f"{OFFLINE_EXTRACTOR} expects uint8 images (B, 3, H, W), got "
+                           f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}")
+        x = images.to(torch.float32) / 127.5 - 1.0
+        if x.shape[-2:] != (self.INPUT_SIZE, self.INPUT_SIZE):
+            x = F.interpolate(x, size=(self.INPUT_SIZE, self.INPUT_SIZE), mode="bilinear", align_corners=False,
+                              antialias=True)
+        for layer in range(len(self.CHANNELS) - 1):
+            x = F.avg_pool2d(F.conv2d(x, getattr(self, f"conv{layer}"), padding=1).abs(), 2)
+        features = F.adaptive_avg_pool2d(x, 2).flatten(1)
+        return tuple(features for _ in self.features_list)
+
+
+def _register_offline_extractor() -> None:
+    """Make OFFLINE_EXTRACTOR known to torch-fidelity (idempotent: torch-fidelity refuses duplicate names)."""
+    if OFFLINE_EXTRACTOR not in FEATURE_EXTRACTORS_REGISTRY:
+        torch_fidelity.register_feature_extractor(OFFLINE_EXTRACTOR, RandConvFeatureExtractor)
+
+
+_register_offline_extractor()
+
+
+# --- extractor choice and Inception weights -------------------------------------------------------------------------
+
+def hub_weights_path() -> Path:
+    """Where torch-fidelity's downloader keeps the Inception weights: torch.hub.get_dir()/checkpoints/<file>."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / INCEPTION_WEIGHTS_FILENAME
+
+
+def _missing_weights_message() -> str:
+    return (f"Inception weights not found: put {INCEPTION_WEIGHTS_FILENAME} (from {INCEPTION_WEIGHTS_URL}) at "
+            f"{hub_weights_path()}, or pass --fid-weights PATH / set {WEIGHTS_ENV_VAR}=PATH, or use "
+            f"--set eval.fid_extractor={OFFLINE_EXTRACTOR} for the offline extractor")
+
+
+def find_inception_weights(weights: str | os.PathLike | None = None) -> Path | None:
+    """The Inception weights file to use, or None when there is none on disk (nothing is downloaded).
+
+    Order: ``weights`` (a local file, e.g. from ``--fid-weights``), ``$DIFFMEM_FID_WEIGHTS``, the torch hub cache.
+    A path that is given explicitly but does not exist raises FIDWeightsError.
+    """
+    given_paths = ((weights, "--fid-weights / eval.fid_weights"), (os.environ.get(WEIGHTS_ENV_VAR), WEIGHTS_ENV_VAR))
+    for given, source in given_paths:
+        if given:
+            path = Path(given).expanduser()
+            if not path.is_file():
+                raise FIDWeightsError(f"Inception weights file {path} (from {source}) does not exist; point it at "
+                                      f"{INCEPTION_WEIGHTS_FILENAME} (from {INCEPTION_WEIGHTS_URL})")
+            return path
+    hub = hub_weights_path()
+    return hub if hub.is_file() else None
+
+
+def resolve_extractor(extractor: str = "auto", weights: str | os.PathLike | None = None) -> tuple[str, Path | None]:
+    """(torch-fidelity extractor name, Inception weights path or None) for an ``eval.fid_extractor`` value.
+
+    "inception" without weights raises FIDWeightsError; "auto" without weights warns once per call site and returns
+    the offline extractor.
+    """
+    if extractor in ("inception", INCEPTION_EXTRACTOR):
+        path = find_inception_weights(weights)
+        if path is None:
+            raise FIDWeightsError(_missing_weights_message())
+        return INCEPTION_EXTRACTOR, path
+    if extractor == "auto":
+        path = find_inception_weights(weights)
+        if path is not None:
+            return INCEPTION_EXTRACTOR, path
+        warnings.warn(f"Inception weights {INCEPTION_WEIGHTS_FILENAME} not found in {hub_weights_path().parent} "
+                      f"(nor --fid-weights / {WEIGHTS_ENV_VAR}); reporting FD ({OFFLINE_EXTRACTOR}) instead of FID",
+                      stacklevel=2)
+        return OFFLINE_EXTRACTOR, None
+    if extractor == OFFLINE_EXTRACTOR:
+        return OFFLINE_EXTRACTOR, None
+    raise FIDError(f"fid extractor '{extractor}' is unknown; choose one of: {', '.join(EXTRACTOR_CHOICES)}")
+
+
+# --- the distance ---------------------------------------------------------------------------------------------------
+
+class _ImageTensorDataset(torch.utils.data.Dataset):
+    """A uint8 (n, 3, H, W) tensor as the Dataset of single images that torch-fidelity iterates over."""
+
+    def __init__(self, images: torch.Tensor) -> None:
+        self.images = images
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.images[index]
+
+
+def as_rgb_uint8(images: torch.Tensor, what: str = "images") -> torch.Tensor:
+    """uint8 (n, 1 | 3, H, W) on the CPU -> (n, 3, H, W); a grayscale channel is repeated three times (a view)."""
+    if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4 \
+            or images.shape[1] not in (1, 3):
+        raise FIDError(f"{what} must be a uint8 tensor (n, 1 or 3, H, W) of pixels 0..255, got "
+                       f"{getattr(images, 'dtype', type(images).__name__)} {tuple(getattr(images, 'shape', ()))}")
+    if images.shape[0] < 2:
+        raise FIDError(f"{what} has {images.shape[0]} image(s); a covariance needs at least 2 (use thousands)")
+    images = images.cpu()
+    return images.expand(-1, 3, -1, -1) if images.shape[1] == 1 else images
+
+
+def _cache_name(key: str, n_reference: int, height: int, width: int) -> str:
+    """File-name-safe cache entry for a reference set; torch-fidelity appends the extractor and layer names."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", key).strip("_")[:80]
+    digest = hashlib.sha256(f"{key}|{n_reference}|{height}x{width}".encode()).hexdigest()[:10]
+    return f"diffmem-{safe}-n{n_reference}-{height}x{width}-{digest}"
+
+
+def _check_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise FIDError(f"device = {device!r} is not a torch device; use cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise FIDError(f"device = {device!r}: FID runs on cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise FIDError(f"device = {device!r} but no CUDA GPU is available; use device='cpu'")
+    return dev
+
+
+def fid(
+    samples: torch.Tensor,
+    reference: torch.Tensor,
+    reference_key: str,
+    cache_dir: str | os.PathLike,
+    extractor: str = "auto",
+    weights: str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
+    batch_size: int = 200,
+) -> FIDResult:
+    """Frechet distance between the features of ``samples`` and of ``reference`` (torch-fidelity).
+
+    Args:
+        samples: uint8 (n, 1 | 3, S, S) generated images, n >= 2.
+        reference: uint8 (m, 1 | 3, S, S) held-out images, m >= 2. Only read when its statistics are not cached.
+        reference_key: identity of the reference set (see ``make_reference_key()``); with the extractor name it keys
+            the cached statistics, so a different set must get a different key.
+        cache_dir: folder of the cached reference statistics (created if missing).
+        extractor: "auto" | "inception" | "inception-v3-compat" | "diffmem-randconv-v1".
+        weights: local Inception weights file (else $DIFFMEM_FID_WEIGHTS, else torch's hub cache).
+        device: "cpu" or "cuda[:i]" for the feature extractor.
+        batch_size: images per forward pass of the extractor.
+    """
+    name, weights_path = resolve_extractor(extractor, weights)
+    if not isinstance(reference_key, str) or not reference_key.strip() or "\n" in reference_key:
+        raise FIDError(f"reference_key = {reference_key!r} must be a one-line string naming the reference set, "
+                       "e.g. make_reference_key(dataset_sha256, 10000)")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise FIDError(f"batch_size = {batch_size!r} must be an integer >= 1")
+    samples_rgb = as_rgb_uint8(samples, "samples")
+    reference_rgb = as_rgb_uint8(reference, "reference")
+    if samples_rgb.shape[-2:] != reference_rgb.shape[-2:]:
+        raise FIDError(f"samples are {tuple(samples_rgb.shape[-2:])} pixels but the reference images "
+                       f"{tuple(reference_rgb.shape[-2:])}; compare images of the same size")
+    dev = _check_device(device)
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    height, width = reference_rgb.shape[-2:]
+
+    options: dict[str, Any] = dict(
+        input1=_ImageTensorDataset(samples_rgb),
+        input2=_ImageTensorDataset(reference_rgb),
+        input2_cache_name=_cache_name(reference_key, reference_rgb.shape[0], height, width),
+        cache_root=str(cache_dir),
+        cache=True,
+        fid=True,
+        feature_extractor=name,
+        cuda=dev.type == "cuda",
+        batch_size=batch_size,
+        save_cpu_ram=True,  # no DataLoader worker processes
+        verbose=False,
+    )
+    if weights_path is not None:
+        options["feature_extractor_weights_path"] = str(weights_path)  # never the URL download
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            metrics = torch_fidelity.calculate_metrics(**options)
+    else:
+        metrics = torch_fidelity.calculate_metrics(**options)
+    return FIDResult(
+        value=float(metrics[torch_fidelity.KEY_METRIC_FID]),
+        extractor=name,
+        reference=reference_key,
+        n_samples=int(samples_rgb.shape[0]),
+        n_reference=int(reference_rgb.shape[0]),
+    )

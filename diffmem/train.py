@@ -1,0 +1,289 @@
+"""The training loop: one run folder, log-spaced evaluation steps, full-state checkpoints, auto-resume.
+
+``train(cfg, run_dir)`` is idempotent: a finished run (``done`` exists) is skipped, a partial one continues from
+``state.pt`` and ends with exactly the weights an uninterrupted run would have (all RNG states are saved). Steps are
+optimizer steps; images seen = steps x batch, with batch = min(train.batch_size, data.n). SIGTERM, SIGUSR2 (Slurm
+preemption) and SIGINT save ``state.pt`` and return with status "interrupted".
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+import diffmem
+from diffmem.config import ConfigError, RunConfig, config_diff
+from diffmem.data import load_images, make_splits, to_model
+from diffmem.device import resolve_device
+from diffmem.diffusion import Diffusion
+from diffmem.evaluate import Evaluator
+from diffmem.io import atomic_torch_save, atomic_write_json, atomic_write_text
+from diffmem.model import build_from_config, count_parameters
+from diffmem.rundir import RunDir
+
+
+class RunConfigMismatch(ConfigError):
+    """A run folder already holds a run with a different configuration."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    status: str  # "done" | "skipped" (was already done) | "interrupted" (state saved, rerun to continue)
+    step: int  # optimizer steps completed
+    run_dir: Path
+
+
+def evaluation_steps(times: int | list[int], total_steps: int) -> list[int]:
+    """The training steps at which a run is checkpointed and evaluated, ascending, unique, in [1, total_steps].
+
+    An int ``k`` gives k steps log-spaced between 1 and total_steps, rounded to integers (duplicates after rounding
+    are merged, so small runs get fewer); the last step is always included. A list is used as given.
+    """
+    if isinstance(times, int):
+        if times == 1:
+            return [total_steps]
+        grid = np.unique(np.round(np.logspace(0, np.log10(total_steps), times)).astype(int))
+        steps = sorted(set(grid.tolist()) | {total_steps})
+    else:
+        steps = sorted(set(int(s) for s in times))
+    return [s for s in steps if 1 <= s <= total_steps]
+
+
+def build_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
+    t = cfg.train
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum)
+    return torch.optim.Adam(params, lr=t.lr)
+
+
+class EpochBatcher:
+    """Batches of indices that run through a fresh random permutation of the train set each epoch.
+
+    With batch == n every step uses the whole train set (no gather). ``state_dict`` makes a resume exact.
+    """
+
+    def __init__(self, n: int, batch: int, generator: torch.Generator):
+        self.n, self.batch, self.generator = n, batch, generator
+        self.perm: torch.Tensor | None = None
+        self.pos = 0
+
+    def next(self) -> torch.Tensor | None:
+        """Indices (batch,) on the generator's device, or None for "all images"."""
+        if self.batch >= self.n:
+            return None
+        if self.perm is None or self.pos + self.batch > self.n:
+            self.perm = torch.randperm(self.n, generator=self.generator, device=self.generator.device)
+            self.pos = 0
+        idx = self.perm[self.pos:self.pos + self.batch]
+        self.pos += self.batch
+        return idx
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"perm": None if self.perm is None else self.perm.cpu(), "pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        perm = state["perm"]
+        self.perm = None if perm is None else perm.to(self.generator.device)
+        self.pos = int(state["pos"])
+
+
+def _rng_state(generator: torch.Generator, device: torch.device) -> dict[str, Any]:
+    state = {"generator": generator.get_state(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any], generator: torch.Generator, device: torch.device) -> None:
+    generator.set_state(state["generator"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(diffmem.__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+@contextlib.contextmanager
+def _stop_on_signals(flag: list[str]):
+    """While active, SIGTERM / SIGUSR2 / SIGINT record their name in ``flag`` instead of killing the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGUSR2] if hasattr(signal, "SIGUSR2") else [])
+    previous = {s: signal.getsignal(s) for s in sigs}
+
+    def handler(signum, _frame):
+        flag.append(signal.Signals(signum).name)
+
+    for s in sigs:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
+                       device: torch.device) -> None:
+    """Write config.json for a new run, or check that an existing run folder holds the same configuration."""
+    if run.config_path.exists():
+        stored = json.loads(run.config_path.read_text())
+        diffs = config_diff(stored.get("config", {}), cfg.to_dict())
+        if stored.get("dataset_sha256") != dataset_sha256:
+            diffs.append(f"dataset sha256: {stored.get('dataset_sha256')} -> {dataset_sha256}")
+        if diffs:
+            raise RunConfigMismatch(f"{run.path} holds a run with a different config ({'; '.join(diffs)}); "
+                                    "use another --out folder or the same config")
+        return
+    run.path.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run.config_path, {
+        "config": cfg.to_dict(),
+        "diffmem_version": diffmem.__version__,
+        "git_sha": _git_sha(),
+        "dataset_sha256": dataset_sha256,
+        "dataset": {k: dataset_manifest.get(k) for k in ("source", "count", "size", "root") if k in dataset_manifest},
+        "params": params,
+        "batch_size": cfg.batch_size,
+        "device": str(device),
+        "torch_version": torch.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    })
+
+
+def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at_step: int | None = None,
+          log: Callable[[str], None] = print) -> TrainResult:
+    """Train (or continue, or skip) the run in ``run_dir``; evaluate inline at each evaluation step when
+    ``cfg.eval.inline``.
+
+    ``stop_at_step`` stops after that many optimizer steps as a preemption would (state saved, status
+    "interrupted"); it exists so that tests and benchmarks can cut a run at a chosen point.
+    """
+    run = RunDir(run_dir)
+    if run.is_done():
+        log(f"{run.path}: already done, skipping")
+        return TrainResult("skipped", cfg.train.steps, run.path)
+    device = resolve_device(cfg.train.device)
+    if cfg.train.num_threads > 0:
+        torch.set_num_threads(cfg.train.num_threads)
+
+    images = load_images(cfg.data)
+    splits = make_splits(images, cfg.data)
+    diffusion = Diffusion(cfg.diffusion)
+    torch.manual_seed(cfg.train.seed)
+    model = build_from_config(cfg.model, cfg.data.image_size).to(device)
+    prepare_run_folder(cfg, run, images.sha256, images.manifest, count_parameters(model), device)
+
+    optimizer = build_optimizer(cfg, model.parameters())
+    generator = torch.Generator(device=device)
+    generator.manual_seed(cfg.train.seed)
+    train_x = to_model(splits.train, splits.mean).to(device)
+    batcher = EpochBatcher(len(train_x), cfg.batch_size, generator)
+    step, train_s_before = 0, 0.0
+    if run.state_path.exists():
+        state = load_state(run.state_path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        batcher.load_state_dict(state["batcher"])
+        _set_rng_state(state["rng"], generator, device)
+        step = int(state["step"])
+        train_s_before = float(state.get("train_s", 0.0))
+        log(f"{run.path}: resuming at step {step}")
+
+    evaluator = None
+    if cfg.eval.inline:
+        evaluator = Evaluator(cfg, run, splits, images.sha256, diffusion, device, log=log)
+        evaluator.fill_missing()
+
+    segment_start, eval_seconds = time.perf_counter(), 0.0
+
+    def train_seconds() -> float:
+        """Wall seconds spent training (evaluations excluded), summed over every process of this run."""
+        return train_s_before + time.perf_counter() - segment_start - eval_seconds
+
+    def save_state() -> None:
+        atomic_torch_save(run.state_path, {
+            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "batcher": batcher.state_dict(), "rng": _rng_state(generator, device), "train_s": train_seconds(),
+        })
+
+    eval_steps = [s for s in evaluation_steps(cfg.eval.times, cfg.train.steps) if s > step]
+    stop: list[str] = []
+    model.train()
+    running, running_n = torch.zeros((), device=device), 0
+    bar = tqdm(total=cfg.train.steps, initial=step, disable=not progress, desc=run.path.name, unit="step",
+               dynamic_ncols=True, leave=False)
+    with _stop_on_signals(stop), bar:
+        while step < cfg.train.steps:
+            idx = batcher.next()
+            x0 = train_x if idx is None else train_x[idx]
+            loss = diffusion.loss(model, x0, generator=generator)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            running += loss.detach()
+            running_n += 1
+            bar.update(1)
+            at_eval = bool(eval_steps) and step == eval_steps[0]
+            if at_eval or step % 100 == 0:
+                mean_loss = (running / running_n).item()
+                if not np.isfinite(mean_loss):
+                    raise TrainingDiverged(
+                        f"training loss became {mean_loss} before step {step}; state.pt keeps the last good state; "
+                        "lower train.lr or use --set train.optimizer=adam")
+                bar.set_postfix(loss=f"{mean_loss:.4f}")
+                running.zero_()
+                running_n = 0
+            if at_eval:
+                eval_steps.pop(0)
+                atomic_torch_save(run.checkpoint_path(step), {"step": step, "model": model.state_dict()})
+                save_state()
+                if evaluator is not None:
+                    e0 = time.perf_counter()
+                    evaluator.evaluate(model, step, train_s=round(train_seconds(), 3))
+                    eval_seconds += time.perf_counter() - e0
+                    model.train()
+            if stop or (stop_at_step is not None and step >= stop_at_step and step < cfg.train.steps):
+                save_state()
+                why = stop[0] if stop else f"stop_at_step={stop_at_step}"
+                log(f"{run.path}: {why}: saved state at step {step}; rerun the same command to continue")
+                return TrainResult("interrupted", step, run.path)
+    save_state()
+    atomic_write_text(run.done_path, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+                      + f"\nsteps {step}\ntrain_s {train_seconds():.1f}\n")
+    log(f"{run.path}: done, {step} steps")
+    return TrainResult("done", step, run.path)
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """Read a ``state.pt``; a truncated or corrupt file is a one-line error naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # torch raises several types for a damaged zip
+        raise RuntimeError(f"{path} is damaged ({type(e).__name__}); restore it, or delete the run folder to start "
+                           "the run again from step 0") from None

@@ -1,0 +1,137 @@
+"""Training: log-spaced evaluation steps, the run folder, exact resume, refusal of a changed config, signals."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from diffmem.cli import main
+from diffmem.config import load_config
+from diffmem.rundir import RunDir
+from diffmem.train import RunConfigMismatch, evaluation_steps, train
+
+TINY = [
+    "data.source=lfw_faces", "data.image_size=16", "data.n=8", "data.n_heldout=36",
+    "model.width=8", "model.attention=false", "model.norm_groups=1",
+    "train.optimizer=adam", "train.lr=1e-3", "train.batch_size=4", "train.steps=60", "train.device=cpu",
+    "eval.times=4", "eval.n_samples=16", "eval.sampler_steps=4", "eval.n_boot=50",
+    "eval.fid_extractor=diffmem-randconv-v1", "eval.loss_n_test=16", "eval.loss_noise_draws=1",
+]
+
+
+def tiny(*extra):
+    cfg, _ = load_config(None, TINY + list(extra))
+    return cfg
+
+
+def timing_free(records):
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in records]
+
+
+def test_evaluation_steps_are_log_spaced_unique_and_end_at_the_last_step():
+    steps = evaluation_steps(40, 2_000_000)
+    assert steps[0] == 1 and steps[-1] == 2_000_000 and steps == sorted(set(steps))
+    ratios = [b / a for a, b in zip(steps[10:], steps[11:])]
+    assert max(ratios) / min(ratios) < 1.01  # evenly spaced in log once rounding stops mattering
+    assert evaluation_steps(40, 10) == list(range(1, 11))  # rounding merges duplicates
+    assert evaluation_steps(1, 500) == [500]
+    assert evaluation_steps([30, 10, 10], 50) == [10, 30]
+
+
+def test_cli_train_writes_the_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--no-progress", "--out", str(out)]
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text("")
+    assert main([args[0], str(cfg_path), *args[1:], *sum((["--set", s] for s in TINY + ["train.steps=200"]), [])]) == 0
+    run = RunDir(out)
+    meta = json.loads(run.config_path.read_text())
+    assert meta["config"]["train"]["steps"] == 200 and meta["params"] > 0 and len(meta["dataset_sha256"]) == 64
+    assert meta["diffmem_version"] and meta["batch_size"] == 4
+    expected = evaluation_steps(4, 200)
+    assert run.checkpoint_steps() == expected
+    records = run.metrics()
+    assert [r["step"] for r in records] == expected
+    for r in records:
+        assert r["images_seen"] == r["step"] * 4 and 0 <= r["f_mem_lo"] <= r["f_mem"] <= r["f_mem_hi"] <= 1
+        assert r["fid"] is not None and r["fid_extractor"] == "diffmem-randconv-v1"
+        assert r["train_loss"] > 0 and r["test_loss"] > 0 and r["loss_t"] == 0.01
+    assert all(run.samples_path(s).stat().st_size > 0 for s in expected)
+    assert run.is_done() and run.state_path.exists()
+    # a finished run is skipped
+    assert main([args[0], str(cfg_path), *args[1:], *sum((["--set", s] for s in TINY + ["train.steps=200"]), [])]) == 0
+    assert "already done" in capsys.readouterr().out
+    assert len(run.metrics()) == len(expected)
+
+
+def test_resume_gives_bit_identical_weights_and_metrics(tmp_path):
+    cfg = tiny()
+    train(cfg, tmp_path / "straight", progress=False)
+    first = train(cfg, tmp_path / "cut", progress=False, stop_at_step=23)
+    assert first.status == "interrupted" and first.step == 23
+    assert not RunDir(tmp_path / "cut").is_done()
+    second = train(cfg, tmp_path / "cut", progress=False)
+    assert second.status == "done" and second.step == 60
+    a = torch.load(tmp_path / "straight" / "state.pt", weights_only=False)
+    b = torch.load(tmp_path / "cut" / "state.pt", weights_only=False)
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    assert timing_free(RunDir(tmp_path / "straight").metrics()) == timing_free(RunDir(tmp_path / "cut").metrics())
+
+
+def test_full_batch_resume_is_exact_too(tmp_path):
+    cfg = tiny("train.batch_size=512", "train.optimizer=sgd", "train.lr=0.01", "eval.inline=false")
+    train(cfg, tmp_path / "a", progress=False)
+    train(cfg, tmp_path / "b", progress=False, stop_at_step=7)
+    train(cfg, tmp_path / "b", progress=False)
+    a = torch.load(tmp_path / "a" / "state.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "b" / "state.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert RunDir(tmp_path / "a").metrics() == []  # evaluation left to `diffmem evaluate`
+
+
+def test_a_changed_config_is_refused_with_the_differing_keys(tmp_path):
+    cfg = tiny("eval.inline=false")
+    train(cfg, tmp_path / "run", progress=False, stop_at_step=5)
+    with pytest.raises(RunConfigMismatch, match=r"train.lr: 0.001 -> 0.002"):
+        train(cfg.replace(train={"lr": 2e-3}), tmp_path / "run", progress=False)
+    # execution-only keys may change
+    assert train(cfg.replace(train={"num_threads": 1}), tmp_path / "run", progress=False).status == "done"
+
+
+def test_evaluate_fills_in_missing_metrics_and_is_reproducible(tmp_path):
+    cfg = tiny("eval.inline=false")
+    train(cfg, tmp_path / "run", progress=False)
+    run = RunDir(tmp_path / "run")
+    assert main(["evaluate", str(run.path), "--device", "cpu"]) == 0
+    records = run.metrics()
+    assert [r["step"] for r in records] == run.checkpoint_steps()
+    assert main(["evaluate", str(run.path)]) == 0 and len(run.metrics()) == len(records)  # adds nothing
+    # the same checkpoint evaluated twice gives identical numbers: drop the last line and evaluate again
+    lines = run.metrics_path.read_text().splitlines(keepends=True)
+    run.metrics_path.write_text("".join(lines[:-1]))
+    assert main(["evaluate", str(run.path)]) == 0
+    assert timing_free(run.metrics()) == timing_free(records)
+
+
+def test_sigterm_saves_state_and_exits_cleanly(tmp_path):
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text("")
+    out = tmp_path / "run"
+    sets = sum((["--set", s] for s in TINY + ["train.steps=100000", "eval.inline=false"]), [])
+    proc = subprocess.Popen([sys.executable, "-m", "diffmem.cli", "train", str(cfg_path), "--out", str(out),
+                             "--no-progress", *sets], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (out / "checkpoints").exists() and time.time() < deadline:  # step 1 has been checkpointed
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "SIGTERM: saved state at step" in stdout
+    state = torch.load(out / "state.pt", weights_only=False)
+    assert 1 <= state["step"] < 100000 and not (out / "done").exists()
