@@ -15,6 +15,8 @@ VERBS = {
     "prepare": "turn a local CelebA copy or image folder into one cached uint8 tensor + manifest",
     "train": "train one run folder (continues a partial run, skips a finished one)",
     "evaluate": "evaluate every checkpoint of a run folder that has no metrics line yet",
+    "analyze": "all runs of an experiment folder -> summary.csv, fits.json, figures/",
+    "advise": "predicted tau_gen and tau_mem for (N, W) and when to stop training",
     "demo": "the embedded CPU demo: a small N sweep on built-in faces, then the analysis",
 }
 
@@ -59,6 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run folder written by `diffmem train`")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--fid-weights", metavar="PATH", help="local Inception weights file")
+
+    p = sub.add_parser("analyze", help=VERBS["analyze"], description=VERBS["analyze"])
+    p.add_argument("experiment_dir", help="a folder of run folders (or one run folder)")
+    p.add_argument("--no-figures", action="store_true", help="write summary.csv and fits.json only")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of the fits (default 2000)")
+
+    p = sub.add_parser("advise", help=VERBS["advise"], description=VERBS["advise"])
+    p.add_argument("--n", type=int, required=True, help="train-set size N")
+    p.add_argument("--width", type=int, required=True, help="U-Net base width W")
+    p.add_argument("--from", dest="source", metavar="EXPERIMENT_DIR",
+                   help="use the laws fitted by `diffmem analyze` there (default: the paper's laws)")
 
     p = sub.add_parser("demo", help=VERBS["demo"], description=VERBS["demo"])
     _config_args(p, config_required=False)
@@ -109,6 +122,21 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_analyze(args) -> int:
+    from diffmem.analysis.scaling import analyze
+
+    summary = analyze(args.experiment_dir, figures=not args.no_figures, n_boot=args.n_boot)
+    print(summary.format())
+    return 0
+
+
+def cmd_advise(args) -> int:
+    from diffmem.analysis.advise import advise
+
+    print(advise(args.n, args.width, args.source).format())
+    return 0
+
+
 def demo_config_path() -> Path:
     """experiments/demo.toml of the checkout this package was installed from."""
     return Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
@@ -126,7 +154,8 @@ def cmd_demo(args) -> int:
     return run_demo(cfg, sweep, args.out, quick=args.quick, progress=not args.no_progress)
 
 
-COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "demo": cmd_demo}
+COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "analyze": cmd_analyze,
+            "advise": cmd_advise, "demo": cmd_demo}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,17 +125,18 @@ class Evaluator:
         red, grey = torch.tensor([1.0, 0.1, 0.1]), torch.tensor([0.5, 0.5, 0.5])
         colors = torch.where(memorized[:k].cpu().view(-1, 1), red, grey)
 
-        def framed(x: torch.Tensor) -> torch.Tensor:
-            rgb = x.expand(-1, 3, -1, -1)
-            out = colors.view(-1, 3, 1, 1).expand(-1, -1, rgb.shape[2] + 2, rgb.shape[3] + 2).clone()
-            out[:, :, 1:-1, 1:-1] = rgb
+        def framed(x: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+            """(b, 1, S, S) images -> (b, 3, S+2, S+2) with a 1-pixel frame of the colors ``frame`` (b, 3)."""
+            out = frame.view(-1, 3, 1, 1).expand(-1, -1, x.shape[2] + 2, x.shape[3] + 2).clone()
+            out[:, :, 1:-1, 1:-1] = x.expand(-1, 3, -1, -1)
             return out
 
         per_row = min(16, k)
         rows = []
         for start in range(0, k, per_row):
-            rows += [framed(shown[start:start + per_row]), F.pad(nearest[start:start + per_row], (1, 1, 1, 1),
-                                                                value=1.0).expand(-1, 3, -1, -1)]
+            part = slice(start, start + per_row)
+            rows += [framed(shown[part], colors[part]),
+                     F.pad(nearest[part], (1, 1, 1, 1), value=1.0).expand(-1, 3, -1, -1)]
         tiles = torch.cat([torch.cat([r, torch.ones(per_row - len(r), *r.shape[1:])]) for r in rows])
         path = self.run.samples_path(step)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,213 @@
+"""When to stop training for a given (N, W): predicted tau_gen and tau_mem and a stopping step (`diffmem advise`).
+
+Predictions come from the laws an experiment measured (fits.json, see :mod:`diffmem.analysis.scaling`) or, without
+one, from the laws measured in the paper (Bonnaire et al. 2025, arXiv 2505.17638; CelebA 32x32 grayscale, U-Net,
+SGD momentum 0.95, lr 0.01, batch min(N, 512)): at W = 32, tau_gen ~ 1e5 steps for every N and tau_mem ~ 300 N
+steps (the f_mem curves collapse against tau / N and rise at tau / N ~ 300); both scale as 1 / W, so
+tau_gen = 1e5 * 32 / W and tau_mem = 300 * N * 32 / W. The paper gives no interval for these laws, so their
+predictions carry none.
+
+Which fitted law predicts (first that applies):
+- tau_mem: ``tau_mem_vs_n`` of width W; else ``tau_mem_vs_n_over_width`` at N / W (assumes tau_mem depends on N / W
+  only, as in the paper, when W was not measured).
+- tau_gen: ``tau_gen_vs_n`` of width W; else ``tau_gen_vs_width`` at W (assumes tau_gen flat in N, as in the paper);
+  else the pooled ``tau_gen_vs_n`` measured at a single width W0, rescaled by W0 / W (the paper's 1 / W law).
+An x outside the fitted range gives an extrapolation warning.
+
+Stopping rule (the README copies it), with [lo, hi] the predictions' 95% intervals:
+- window open (tau_gen_hi < tau_mem_lo): stop at sqrt(tau_gen_hi * tau_mem_lo), the log-midpoint of the part of the
+  window that both intervals agree on: FID has plateaued and memorization has not started, with a margin of
+  sqrt(tau_mem_lo / tau_gen_hi) on each side.
+- window unresolved (tau_gen < tau_mem but the intervals overlap): stop at sqrt(tau_gen * tau_mem), with a warning.
+- window empty (tau_mem <= tau_gen): stop at tau_mem_lo / 2, before memorization, and say that FID will not have
+  reached its plateau; more data (N) or a smaller W opens the window.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from diffmem.analysis.scaling import FIT_NAMES, FitSet, PowerLawFit, load_fits
+
+PAPER_SOURCE = ("paper laws (Bonnaire et al. 2025, arXiv 2505.17638; CelebA 32x32 grayscale, U-Net, SGD momentum "
+                "0.95, lr 0.01, batch min(N, 512)): tau_gen ~ 1e5 * 32/W steps, tau_mem ~ 300 * N * 32/W steps")
+PAPER_TAU_GEN_W32 = 1e5  # steps, flat in N
+PAPER_TAU_MEM_PER_N_W32 = 300.0  # steps per training image
+PAPER_WIDTH = 32
+PAPER_WIDTHS = (8, 64)  # base widths the paper measured
+
+
+class AdviceError(ValueError):
+    """Bad input to advise(); the message says what to pass."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted timescale in optimizer steps with its 95% interval (None = unknown) and where it came from."""
+
+    value: float | None
+    lo: float | None
+    hi: float | None
+    source: str
+
+    @property
+    def known(self) -> bool:
+        return self.value is not None
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Predicted timescales for (N, W), the generalization window and a recommended stopping step."""
+
+    n: int
+    width: int
+    tau_gen: Prediction
+    tau_mem: Prediction
+    window: str  # "open" | "unresolved" | "empty" | "unknown"
+    stop_step: float | None
+    stop_rule: str
+    laws: str  # "paper" or the fits.json they came from
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def format(self) -> str:
+        """The advice as plain text for a terminal."""
+        def show(p: Prediction) -> str:
+            if not p.known:
+                return f"unknown ({p.source})"
+            ci = f" [{p.lo:.3g}, {p.hi:.3g}]" if p.lo is not None and p.hi is not None and p.lo != p.hi else ""
+            return f"{p.value:.3g} steps{ci}  ({p.source})"
+
+        lines = [f"Advice for N = {self.n}, W = {self.width} (laws: {self.laws})",
+                 f"  tau_gen (FID plateau):         {show(self.tau_gen)}",
+                 f"  tau_mem (memorization starts): {show(self.tau_mem)}"]
+        window_text = {
+            "open": "open: FID plateaus before memorization starts",
+            "unresolved": "open at the predicted values, but their intervals overlap",
+            "empty": "EMPTY: memorization is predicted to start before FID plateaus",
+            "unknown": "unknown",
+        }[self.window]
+        lines.append(f"  generalization window: {window_text}")
+        if self.stop_step is not None:
+            lines.append(f"  recommended stop: step {self.stop_step:.3g}  (rule: {self.stop_rule})")
+        else:
+            lines.append(f"  recommended stop: none ({self.stop_rule})")
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+# --- predictions ----------------------------------------------------------------------------------------------------
+
+def _from_fit(fit: PowerLawFit, x: float, label: str, warnings: list[str], scale: float = 1.0) -> Prediction:
+    value, lo, hi = (float(v) * scale for v in fit.predict(x))
+    x_min, x_max = fit.x_range
+    if not x_min <= x <= x_max:
+        warnings.append(f"extrapolating {fit.quantity}: {fit.x_name} = {x:.4g} is outside the fitted range "
+                        f"[{x_min:.4g}, {x_max:.4g}]")
+    return Prediction(value, lo, hi, label)
+
+
+def _predict_tau_mem(fits: Mapping[str, FitSet], n: int, width: int, warnings: list[str]) -> Prediction:
+    own = fits["tau_mem_vs_n"].groups.get(str(width))
+    if own is not None and own.fitted:
+        return _from_fit(own, n, f"tau_mem_vs_n at W={width}, exponent {own.exponent:.2f}", warnings)
+    combined = fits["tau_mem_vs_n_over_width"].pooled
+    if combined.fitted:
+        measured = sorted(fits["tau_mem_vs_n"].groups, key=float)
+        if str(width) not in measured:
+            warnings.append(f"W = {width} was not measured (widths {', '.join(measured)}): tau_mem assumed to depend "
+                            "on N / W only (paper)")
+        return _from_fit(combined, n / width, f"tau_mem_vs_n_over_width, exponent {combined.exponent:.2f}", warnings)
+    return Prediction(None, None, None, "no fitted tau_mem law: " + (fits["tau_mem_vs_n"].pooled.reason or ""))
+
+
+def _predict_tau_gen(fits: Mapping[str, FitSet], n: int, width: int, warnings: list[str]) -> Prediction:
+    own = fits["tau_gen_vs_n"].groups.get(str(width))
+    if own is not None and own.fitted:
+        return _from_fit(own, n, f"tau_gen_vs_n at W={width}, exponent {own.exponent:.2f}", warnings)
+    by_width = fits["tau_gen_vs_width"].pooled
+    if by_width.fitted:
+        warnings.append("tau_gen predicted from its width law alone: assumed flat in N (paper)")
+        return _from_fit(by_width, width, f"tau_gen_vs_width, exponent {by_width.exponent:.2f}", warnings)
+    pooled = fits["tau_gen_vs_n"].pooled
+    widths = sorted(fits["tau_gen_vs_n"].groups, key=float)
+    if pooled.fitted and len(widths) == 1:
+        w0 = int(widths[0])
+        warnings.append(f"tau_gen measured at W = {w0} only: rescaled by {w0}/{width} (paper: tau_gen ~ 1/W)")
+        return _from_fit(pooled, n, f"tau_gen_vs_n at W={w0} rescaled to W={width}", warnings, scale=w0 / width)
+    reason = fits["tau_gen_vs_n"].pooled.reason or "no width law either"
+    return Prediction(None, None, None, f"no fitted tau_gen law: {reason}")
+
+
+def _paper_predictions(n: int, width: int, warnings: list[str]) -> tuple[Prediction, Prediction]:
+    scale = PAPER_WIDTH / width
+    if not PAPER_WIDTHS[0] <= width <= PAPER_WIDTHS[1]:
+        warnings.append(f"W = {width} is outside the widths the paper measured ({PAPER_WIDTHS[0]}..{PAPER_WIDTHS[1]})")
+    warnings.append("the paper's laws hold for its setup (CelebA 32x32, SGD); for other data, resolutions or "
+                    "optimizers measure them: `diffmem sweep` then `diffmem advise --from EXPERIMENT_DIR`")
+    gen = PAPER_TAU_GEN_W32 * scale
+    mem = PAPER_TAU_MEM_PER_N_W32 * n * scale
+    return (Prediction(gen, gen, gen, "paper: 1e5 * 32/W, no interval given"),
+            Prediction(mem, mem, mem, "paper: 300 * N * 32/W, no interval given"))
+
+
+def _resolve_fits(fits: Mapping[str, Any] | str | Path) -> tuple[dict[str, FitSet], str]:
+    if isinstance(fits, (str, Path)):
+        path = Path(fits)
+        return load_fits(path), str(path / "fits.json" if path.is_dir() else path)
+    if all(isinstance(v, FitSet) for v in fits.values()) and all(k in fits for k in FIT_NAMES):
+        return dict(fits), "fits given"
+    missing = [k for k in FIT_NAMES if k not in fits]
+    if missing:
+        raise AdviceError(f"fits lacks {', '.join(missing)}; pass the content of fits.json or its path")
+    return {k: FitSet.from_dict(fits[k]) for k in FIT_NAMES}, "fits given"
+
+
+# --- the rule -------------------------------------------------------------------------------------------------------
+
+def stopping_step(tau_gen: Prediction, tau_mem: Prediction) -> tuple[str, float | None, str]:
+    """(window, stop step, rule text) from two predictions (see the module docstring for the rule)."""
+    if not tau_mem.known:
+        return "unknown", None, "tau_mem is unknown, so no step is known to be safe"
+    mem_lo = tau_mem.lo if tau_mem.lo is not None else tau_mem.value
+    if not tau_gen.known:
+        return ("unknown", mem_lo / 2,
+                "tau_gen unknown: tau_mem_lo / 2, before memorization; FID may not have plateaued")
+    gen_hi = tau_gen.hi if tau_gen.hi is not None else tau_gen.value
+    if gen_hi < mem_lo:
+        return "open", math.sqrt(gen_hi * mem_lo), "sqrt(tau_gen_hi * tau_mem_lo), the middle of the safe window"
+    if tau_gen.value < tau_mem.value:
+        return ("unresolved", math.sqrt(tau_gen.value * tau_mem.value),
+                "sqrt(tau_gen * tau_mem); the intervals overlap, so check f_mem while training")
+    return ("empty", mem_lo / 2,
+            "tau_mem_lo / 2, before memorization starts; FID will not have reached its plateau "
+            "(a larger N or a smaller W opens the window)")
+
+
+def advise(n: int, width: int, fits: Mapping[str, Any] | str | Path | None = None) -> Advice:
+    """Predicted tau_gen and tau_mem for training set size ``n`` and base width ``width``, and when to stop.
+
+    ``fits``: None (the paper's laws), a path to fits.json or to an experiment folder holding it, the parsed
+    fits.json dict, or the result of :func:`diffmem.analysis.scaling.load_fits`.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise AdviceError(f"n = {n!r} must be an integer >= 2 (training images)")
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise AdviceError(f"width = {width!r} must be an integer >= 1 (the U-Net base width W)")
+    warnings: list[str] = []
+    if fits is None:
+        tau_gen, tau_mem = _paper_predictions(n, width, warnings)
+        laws = "paper"
+    else:
+        fit_sets, laws = _resolve_fits(fits)
+        tau_gen = _predict_tau_gen(fit_sets, n, width, warnings)
+        tau_mem = _predict_tau_mem(fit_sets, n, width, warnings)
+    window, stop, rule = stopping_step(tau_gen, tau_mem)
+    if window == "empty":
+        warnings.insert(0, f"no generalization window for N = {n}, W = {width}: memorization is predicted at "
+                           f"{tau_mem.value:.3g} steps, before the FID plateau at {tau_gen.value:.3g}")
+    if window == "unresolved":
+        warnings.insert(0, "the window is not resolved within the 95% intervals; watch f_mem "
+                           "(diffmem.monitor.MemorizationMonitor) instead of trusting the step")
+    return Advice(n, width, tau_gen, tau_mem, window, stop, rule, laws, tuple(warnings))

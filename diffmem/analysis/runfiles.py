@@ -1,0 +1,236 @@
+"""Reading run folders (config.json + metrics.jsonl + done); reading and writing the analysis files (atomically).
+
+The run folder is the contract between training/evaluation and analysis::
+
+    <experiment_dir>/<run>/config.json     {"config": {"data": {"n": ...}, "model": {"width": ...},
+                                             "train": {"steps": ..., "seed": ...}, "eval": {...}}, "params": ...}
+    <experiment_dir>/<run>/metrics.jsonl   one JSON object per evaluation (step, f_mem, f_mem_lo, f_mem_hi, fid,
+                                           fid_extractor, train_loss, test_loss, ...; null = switched off)
+    <experiment_dir>/<run>/done            present when the run finished
+
+An experiment folder holds run folders; a run folder on its own is an experiment of one run.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from diffmem.io import atomic_write_text, read_jsonl
+
+
+class RunFolderError(ValueError):
+    """A run or experiment folder that does not follow the contract; the message says which file and what to do."""
+
+
+class MetricsLineWarning(UserWarning):
+    """A record of metrics.jsonl could not be used and was skipped."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run folder as read from disk.
+
+    ``evaluations`` are the metrics.jsonl records sorted by step, one per step (a re-evaluated step keeps its last
+    record). ``planned_steps`` is train.steps from the config; ``params`` the parameter count (None if absent).
+    """
+
+    name: str
+    path: Path
+    n: int
+    width: int
+    seed: int
+    params: int | None
+    planned_steps: int | None
+    mem_threshold: float | None
+    done: bool
+    evaluations: tuple[dict[str, Any], ...]
+
+    @property
+    def state(self) -> str:
+        """"done" (finished), "partial" (evaluations but no done file) or "empty" (no evaluation yet)."""
+        if self.done:
+            return "done"
+        return "partial" if self.evaluations else "empty"
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Evaluated optimizer steps, increasing (float array, shape (n_evals,))."""
+        return np.array([float(e["step"]) for e in self.evaluations], dtype=float)
+
+    def series(self, key: str) -> np.ndarray:
+        """The metric ``key`` per evaluation as floats, NaN where null or absent (shape (n_evals,))."""
+        out = []
+        for e in self.evaluations:
+            v = e.get(key)
+            out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan)
+        return np.array(out, dtype=float)
+
+    def last_value(self, key: str) -> Any:
+        """The last non-null value of ``key`` over the evaluations, or None."""
+        for e in reversed(self.evaluations):
+            if e.get(key) is not None:
+                return e[key]
+        return None
+
+
+def is_run_folder(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def find_run_folders(experiment_dir: str | Path) -> list[Path]:
+    """Run folders of an experiment, sorted by name; the folder itself when it is a run folder."""
+    root = Path(experiment_dir)
+    if not root.is_dir():
+        raise RunFolderError(f"experiment folder '{root}' does not exist; pass the folder that holds the run folders")
+    if is_run_folder(root):
+        return [root]
+    runs = sorted(p for p in root.iterdir() if p.is_dir() and is_run_folder(p))
+    if not runs:
+        raise RunFolderError(f"'{root}' holds no run folder (a subfolder with config.json); pass an experiment "
+                             "folder written by `diffmem train` or `diffmem sweep`")
+    return runs
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a metrics.jsonl file, sorted by step, one per step (the last record of a step wins).
+
+    Read with :func:`diffmem.io.read_jsonl`: a last line truncated by a crash is skipped with a warning. Records
+    without a valid ``step`` are skipped with a :class:`MetricsLineWarning`. A missing file gives an empty list.
+    """
+    path = Path(path)
+    by_step: dict[float, dict[str, Any]] = {}
+    for number, record in enumerate(read_jsonl(path), start=1):
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, (int, float)) or isinstance(step, bool) or step < 0:
+            warnings.warn(f"{path}: skipped record {number}, it has no valid 'step'", MetricsLineWarning,
+                          stacklevel=2)
+            continue
+        by_step[float(step)] = record
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def _config_value(cfg: dict[str, Any], section: str, key: str, path: Path, required: bool) -> Any:
+    value = cfg.get(section, {}).get(key) if isinstance(cfg.get(section), dict) else None
+    if value is None and required:
+        raise RunFolderError(f"{path} lacks config.{section}.{key}; rewrite it with `diffmem train` (it records the "
+                             "resolved config)")
+    return value
+
+
+def read_run(run_dir: str | Path) -> RunRecord:
+    """Read one run folder (config.json, metrics.jsonl, done)."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.json"
+    try:
+        meta = json.loads(config_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunFolderError(f"'{run_dir}' has no config.json; it is not a run folder") from None
+    except json.JSONDecodeError as e:
+        raise RunFolderError(f"{config_path} is not valid JSON ({e}); restore it or remove the run folder") from None
+    cfg = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(cfg, dict):
+        raise RunFolderError(f"{config_path} has no 'config' object; rewrite it with `diffmem train`")
+    params = meta.get("params")
+    return RunRecord(
+        name=run_dir.name,
+        path=run_dir,
+        n=int(_config_value(cfg, "data", "n", config_path, True)),
+        width=int(_config_value(cfg, "model", "width", config_path, True)),
+        seed=int(_config_value(cfg, "train", "seed", config_path, False) or 0),
+        params=int(params) if isinstance(params, (int, float)) else None,
+        planned_steps=_config_value(cfg, "train", "steps", config_path, False),
+        mem_threshold=_config_value(cfg, "eval", "mem_threshold", config_path, False),
+        done=(run_dir / "done").exists(),
+        evaluations=tuple(read_metrics(run_dir / "metrics.jsonl")),
+    )
+
+
+def read_experiment(experiment_dir: str | Path) -> list[RunRecord]:
+    """Every run of an experiment folder (or the one run when the folder is a run folder)."""
+    return [read_run(p) for p in find_run_folders(experiment_dir)]
+
+
+# --- summary.csv and fits.json --------------------------------------------------------------------------------------
+
+def _format_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return ""
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+    return str(value)
+
+
+def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[dict[str, Any]]) -> Path:
+    """Write rows (dicts keyed by column) as CSV: empty cell = null, booleans as true/false. Atomic."""
+    columns = list(columns)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_format_cell(row.get(c)) for c in columns])
+    atomic_write_text(path, buffer.getvalue())
+    return Path(path)
+
+
+def _parse_cell(text: str) -> Any:
+    if text == "":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a CSV written by :func:`write_csv`, cells typed back (int, float, bool, str; None for empty)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunFolderError(f"'{path}' does not exist; run `diffmem analyze` on the experiment folder first")
+    with path.open(newline="", encoding="utf-8") as fh:
+        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON (NaN/inf become null). Atomic."""
+    atomic_write_text(path, json.dumps(_json_safe(obj), indent=2) + "\n")
+    return Path(path)
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _json_safe(obj.item())
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise RunFolderError(f"'{path}' does not exist; run `diffmem analyze` on the experiment folder first")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RunFolderError(f"{path} is not valid JSON ({e}); rerun `diffmem analyze`") from None

@@ -1,0 +1,158 @@
+"""Synthetic experiment folders with planted timescales, written in the run-folder contract.
+
+For tests and documentation of the analysis: every curve has a known tau_gen, tau_mem and tau_gap, and the noise of
+a real measurement (binomial f_mem from ``n_samples`` samples with its percentile interval, noisy FID and losses), so
+the estimators and fits can be checked against the planted values. Nothing here trains a model.
+
+Planted curves, for a step s (optimizer steps):
+
+- f_mem: 0 for s <= tau_mem, then ``f_max * (1 - tau_mem / s)``; the recorded value is Binomial(n_samples, f) /
+  n_samples with the 2.5%/97.5% binomial quantiles as f_mem_lo/f_mem_hi.
+- FID: ``fid_min * (1 + slope * max(0, log10(tau_gen / s)))`` (falls linearly in log time, flat from tau_gen on),
+  plus ``0.2 * fid_min * f`` once memorization starts, times (1 + fid_noise * standard normal).
+- losses: a common curve ``0.1 + 0.9 / (1 + s / 100)`` for both until tau_gap; after it the train loss falls by
+  ``(tau_gap / s) ** 0.5`` and the test loss rises by ``1 + 0.3 * log10(s / tau_gap)``; each times
+  (1 + loss_noise * standard normal).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from diffmem import __version__
+from diffmem.analysis.timescales import binomial_interval
+from diffmem.config import RunConfig
+from diffmem.experiment import run_name
+from diffmem.io import atomic_write_text
+
+
+@dataclass(frozen=True)
+class PlantedRun:
+    """The planted truth of one synthetic run (steps). ``tau_mem`` None: never memorizes."""
+
+    name: str
+    path: Path
+    n: int
+    width: int
+    seed: int
+    tau_gen: float
+    tau_mem: float | None
+    tau_gap: float | None
+
+
+def paper_params(width: int) -> int:
+    """About the paper U-Net's parameter count at base width W (0.26 M at W = 8, 4.1 M at W = 32)."""
+    return int(4000 * width * width)
+
+
+def evaluation_steps(steps: int, count: int) -> np.ndarray:
+    """``count`` log-spaced integer steps in [1, steps] (fewer when rounding merges some), increasing."""
+    return np.unique(np.round(np.geomspace(1, steps, count)).astype(int))
+
+
+def synthetic_config(*, n: int, width: int, seed: int, steps: int, n_samples: int = 256,
+                     n_evals: int = 40) -> RunConfig:
+    """The RunConfig recorded in a synthetic run's config.json (the paper's defaults with these values)."""
+    return RunConfig().replace(data={"source": "digits", "n": n, "image_size": 32}, model={"width": width},
+                               train={"steps": steps, "seed": seed}, eval={"n_samples": n_samples, "times": n_evals})
+
+
+def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 0, steps: int, tau_gen: float,
+                        tau_mem: float | None, tau_gap: float | None = None, n_evals: int = 40,
+                        n_samples: int = 256, f_max: float = 0.8, fid_min: float = 30.0, fid_slope: float = 5.0,
+                        fid_noise: float = 0.01, loss_noise: float = 0.005, record_fid: bool = True,
+                        record_f_mem: bool = True, record_losses: bool = True,
+                        fid_extractor: str = "inception-v3-compat",
+                        stop_after: int | None = None, truncate_last_line: bool = False,
+                        noise_seed: int = 0) -> PlantedRun:
+    """Write one run folder (config.json, metrics.jsonl and, unless ``stop_after`` cuts it short, done).
+
+    ``stop_after``: keep only the first this many evaluations and leave no done file (a run still training).
+    ``truncate_last_line``: append half a JSON line, as a crash during a write leaves it.
+    ``record_*`` False writes null for that metric, as a switched-off metric is recorded.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = synthetic_config(n=n, width=width, seed=seed, steps=steps, n_samples=n_samples, n_evals=n_evals)
+    batch = cfg.batch_size
+    meta = {"config": cfg.to_dict(), "diffmem_version": __version__, "git_sha": None,
+            "dataset_sha256": "synthetic", "params": paper_params(width), "batch_size": batch}
+    atomic_write_text(run_dir / "config.json", json.dumps(meta, indent=2))
+
+    rng = np.random.default_rng([noise_seed, n, width, seed])
+    gap_at = tau_gap if tau_gap is not None else (tau_mem / 2 if tau_mem is not None else None)
+    lines = []
+    eval_steps = evaluation_steps(steps, n_evals)
+    if stop_after is not None:
+        eval_steps = eval_steps[:stop_after]
+    for s in eval_steps:
+        f_true = 0.0 if tau_mem is None or s <= tau_mem else f_max * (1 - tau_mem / s)
+        k = rng.binomial(n_samples, f_true)
+        f = k / n_samples
+        f_lo, f_hi = binomial_interval(np.array(f), np.array(n_samples))
+        fid = fid_min * (1 + fid_slope * max(0.0, np.log10(tau_gen / s))) + 0.2 * fid_min * f_true
+        fid *= 1 + fid_noise * rng.standard_normal()
+        base = 0.1 + 0.9 / (1 + s / 100)
+        train, test = base, base
+        if gap_at is not None and s > gap_at:
+            train = base * (gap_at / s) ** 0.5
+            test = base * (1 + 0.3 * np.log10(s / gap_at))
+        train *= 1 + loss_noise * rng.standard_normal()
+        test *= 1 + loss_noise * rng.standard_normal()
+        lines.append(json.dumps({
+            "step": int(s), "images_seen": int(s) * batch, "wall_s": round(float(s) * 1e-3, 3),
+            "n_samples": n_samples, "sampler": "ddim", "sampler_steps": 100,
+            "f_mem": f if record_f_mem else None,
+            "f_mem_lo": float(f_lo) if record_f_mem else None, "f_mem_hi": float(f_hi) if record_f_mem else None,
+            "mem_threshold": 1 / 3,
+            "fid": float(fid) if record_fid else None, "fid_extractor": fid_extractor if record_fid else None,
+            "fid_reference": "synthetic" if record_fid else None,
+            "train_loss": float(train) if record_losses else None, "test_loss": float(test) if record_losses else None,
+            "loss_t": 0.01,
+        }))
+    text = "\n".join(lines) + ("\n" if lines else "")
+    if truncate_last_line and lines:
+        text += lines[-1][: len(lines[-1]) // 2]
+    atomic_write_text(run_dir / "metrics.jsonl", text)
+    done = run_dir / "done"
+    if stop_after is None:
+        atomic_write_text(done, "")
+    else:
+        done.unlink(missing_ok=True)
+    return PlantedRun(run_dir.name, run_dir, n, width, seed, tau_gen, tau_mem, gap_at)
+
+
+def paper_tau_mem(n: int, width: int) -> float:
+    """The paper's law: tau_mem ~ 300 N steps at W = 32, proportional to N / W."""
+    return 300.0 * n * 32 / width
+
+
+def paper_tau_gen(n: int, width: int) -> float:
+    """The paper's law: tau_gen ~ 1e5 steps at W = 32, flat in N, proportional to 1 / W."""
+    return 1e5 * 32 / width
+
+
+def write_synthetic_experiment(root: str | Path, ns: Iterable[int], widths: Iterable[int] = (32,),
+                               seeds: Iterable[int] = (0,), *,
+                               tau_mem: Callable[[int, int], float | None] = paper_tau_mem,
+                               tau_gen: Callable[[int, int], float] = paper_tau_gen,
+                               steps: Callable[[int, int], int] | int = 2_000_000, **run_kwargs) -> list[PlantedRun]:
+    """Write one run folder per (N, W, seed) under ``root`` (names like ``n00128_w08_s0``) with planted laws.
+
+    ``tau_mem``/``tau_gen``: the planted law as a function of (N, W); ``steps``: the training length, a number or a
+    function of (N, W). Other keywords go to :func:`write_synthetic_run`.
+    """
+    root = Path(root)
+    planted = []
+    for w in widths:
+        for n in ns:
+            for seed in seeds:
+                total = int(steps(n, w) if callable(steps) else steps)
+                name = run_name(synthetic_config(n=n, width=w, seed=seed, steps=total))
+                planted.append(write_synthetic_run(root / name, n=n, width=w, seed=seed, steps=total,
+                                                   tau_gen=tau_gen(n, w), tau_mem=tau_mem(n, w), **run_kwargs))
+    return planted

@@ -1,0 +1,204 @@
+"""Across-run analysis (summary.csv, fits.json) and advice, on synthetic experiments with planted laws."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from diffmem.analysis import analyze
+from diffmem.analysis.advise import AdviceError, advise
+from diffmem.analysis.runfiles import RunFolderError, read_csv, read_run
+from diffmem.analysis.scaling import (FIT_NAMES, SUMMARY_COLUMNS, AnalysisError, FitSet, fit_power_law, load_fits)
+from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
+
+CONTRACT_COLUMNS = ["run", "n", "width", "params", "seed", "steps", "tau_gen", "tau_gen_lo", "tau_gen_hi", "tau_mem",
+                    "tau_mem_lo", "tau_mem_hi", "tau_mem_censored", "tau_gap", "min_fid", "final_f_mem"]
+NS = [128, 256, 512, 1024, 2048]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """W = 32, five N, three seeds: tau_mem = 300 N, tau_gen = 1e5 (the paper's laws), 2M steps."""
+    root = tmp_path_factory.mktemp("planted")
+    runs = write_synthetic_experiment(root, NS, widths=[32], seeds=[0, 1, 2])
+    return root, runs, analyze(root, figures=False)
+
+
+# --- fits -----------------------------------------------------------------------------------------------------------
+
+def test_fit_power_law_exact_data():
+    xs = [10.0, 20.0, 40.0, 80.0]
+    fit = fit_power_law("tau", "n", [(f"r{i}", x, 3 * x ** 1.5) for i, x in enumerate(xs)])
+    assert fit.exponent == pytest.approx(1.5) and fit.prefactor == pytest.approx(3.0)
+    assert fit.exponent_lo == pytest.approx(1.5) and fit.exponent_hi == pytest.approx(1.5)
+    value, lo, hi = fit.predict([100.0])
+    assert value[0] == pytest.approx(3000.0) and lo[0] == pytest.approx(3000.0) and hi[0] == pytest.approx(3000.0)
+    assert fit.n_runs == 4 and fit.ci_note is None
+
+
+def test_fit_with_one_distinct_x_is_reported_not_raised():
+    fit = fit_power_law("tau_mem", "n", [("a", 128.0, 1e4), ("b", 128.0, 2e4)], censored=[("c", 256.0, 5e4)])
+    assert not fit.fitted and fit.exponent is None and "fewer than 2 distinct n" in fit.reason
+    d = fit.to_dict()
+    assert d["exponent"] is None and d["censored"] == [{"run": "c", "x": 256.0, "lower_bound": 5e4}]
+    with pytest.raises(AnalysisError, match="not fitted"):
+        fit.predict(100.0)
+
+
+def test_fit_drops_non_positive_points_with_a_reason():
+    fit = fit_power_law("tau", "n", [("a", 1.0, 1.0), ("b", 2.0, 2.0), ("c", 4.0, 0.0)])
+    assert fit.n_runs == 2 and fit.excluded[0][0] == "c" and "not positive" in fit.excluded[0][1]
+    assert "degenerate" in fit.ci_note
+
+
+def test_bootstrap_is_seeded():
+    rng = np.random.default_rng(1)
+    points = [(f"r{i}", float(x), float(x * rng.lognormal(0, 0.2))) for i, x in enumerate([1, 2, 4, 8, 16] * 2)]
+    a, b = fit_power_law("t", "x", points, seed=3), fit_power_law("t", "x", points, seed=3)
+    assert (a.exponent_lo, a.exponent_hi) == (b.exponent_lo, b.exponent_hi)
+    assert a.exponent_lo < a.exponent < a.exponent_hi
+
+
+def test_planted_laws_are_recovered(planted):
+    _, runs, summary = planted
+    mem = summary.fits["tau_mem_vs_n"].groups["32"]
+    assert mem.exponent_lo <= 1.0 <= mem.exponent_hi and abs(mem.exponent - 1) < 0.15
+    assert mem.n_runs == 15 and not mem.censored
+    gen = summary.fits["tau_gen_vs_n"].pooled
+    assert abs(gen.exponent) < 0.05
+    for r in summary.runs:
+        assert r.tau_gen.value == pytest.approx(1e5, rel=0.15)
+        planted_mem = 300 * r.n
+        assert r.tau_mem.lo <= planted_mem * 1.05 and r.tau_mem.hi >= planted_mem  # bracket holds the truth
+    assert not summary.fits["tau_gen_vs_width"].pooled.fitted  # one width only: reported, not raised
+    assert "fewer than 2 distinct width" in summary.fits["tau_gen_vs_width"].pooled.reason
+
+
+# --- files ----------------------------------------------------------------------------------------------------------
+
+def test_summary_csv_and_fits_json_layout(planted):
+    root, runs, summary = planted
+    with open(root / "summary.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert header[:len(CONTRACT_COLUMNS)] == CONTRACT_COLUMNS and header == list(SUMMARY_COLUMNS)
+    rows = read_csv(root / "summary.csv")
+    assert [r["run"] for r in rows] == sorted(p.name for p in root.iterdir() if p.is_dir())
+    assert all(r["state"] == "done" and r["fid_extractor"] == "inception-v3-compat" for r in rows)
+    assert all(r["steps"] == 2_000_000 and r["tau_mem_censored"] is False for r in rows)
+    fits = json.loads((root / "fits.json").read_text())
+    for name in FIT_NAMES:
+        for key in ("exponent", "exponent_lo", "exponent_hi", "prefactor", "n_runs", "censored", "reason"):
+            assert key in fits[name], (name, key)
+    assert set(fits["tau_mem_vs_n"]["by_width"]) == {"32"} and "by_n" in fits["tau_gen_vs_width"]
+    assert fits["censored_runs"] == {"tau_mem": [], "tau_gen": []}
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # atomic writes leave no temp files
+
+
+def test_load_fits_round_trip(planted):
+    root, _, summary = planted
+    loaded = load_fits(root)
+    for name in FIT_NAMES:
+        assert isinstance(loaded[name], FitSet)
+        assert loaded[name].to_dict() == json.loads(json.dumps(summary.fits[name].to_dict()))
+    a = loaded["tau_mem_vs_n"].pooled.predict([500.0])
+    b = summary.fits["tau_mem_vs_n"].pooled.predict([500.0])
+    assert np.allclose(a, b)
+
+
+def test_censored_runs_are_listed_and_left_out(tmp_path):
+    write_synthetic_experiment(tmp_path, [128, 256, 512], seeds=[0],
+                               tau_mem=lambda n, w: None if n == 512 else 300.0 * n, steps=400_000)
+    summary = analyze(tmp_path, figures=False)
+    by_run = {r.run: r for r in summary.runs}
+    censored = by_run["n00512_w32_s0"].tau_mem
+    assert censored.censored and censored.hi is None and censored.value == 400_000
+    fits = json.loads((tmp_path / "fits.json").read_text())
+    assert fits["tau_mem_vs_n"]["n_runs"] == 2
+    assert fits["tau_mem_vs_n"]["censored"] == [{"run": "n00512_w32_s0", "x": 512.0, "lower_bound": 400_000}]
+    assert fits["censored_runs"]["tau_mem"] == ["n00512_w32_s0"]
+    row = next(r for r in read_csv(tmp_path / "summary.csv") if r["run"] == "n00512_w32_s0")
+    assert row["tau_mem_censored"] is True and row["tau_mem_hi"] is None
+
+
+def test_single_run_folder(tmp_path):
+    run = write_synthetic_run(tmp_path / "n00128_w08_s0", n=128, width=8, steps=100_000, tau_gen=1e4,
+                              tau_mem=2e4)
+    summary = analyze(run.path, figures=False)
+    assert len(summary.runs) == 1 and (run.path / "summary.csv").is_file() and (run.path / "fits.json").is_file()
+    assert summary.runs[0].tau_mem.measured
+    for name in FIT_NAMES:
+        assert summary.fits[name].pooled.reason is not None
+    assert "1 run(s)" in summary.format()
+
+
+def test_missing_fid_partial_runs_and_truncated_lines(tmp_path):
+    write_synthetic_run(tmp_path / "n00128_w32_s0", n=128, width=32, steps=200_000, tau_gen=1e4, tau_mem=4e4,
+                        record_fid=False)
+    write_synthetic_run(tmp_path / "n00256_w32_s0", n=256, width=32, steps=200_000, tau_gen=1e4, tau_mem=8e4,
+                        stop_after=25, truncate_last_line=True)
+    with pytest.warns(UserWarning, match="truncated"):
+        summary = analyze(tmp_path, figures=False)
+    with pytest.warns(UserWarning, match="truncated"):
+        record = read_run(tmp_path / "n00256_w32_s0")
+    no_fid, partial = summary.runs
+    assert no_fid.tau_gen.value is None and no_fid.min_fid is None and no_fid.tau_mem.measured
+    assert partial.state == "partial" and partial.n_evals == 25 == len(record.evaluations)
+    assert partial.steps == record.steps[-1] and not record.done
+    rows = read_csv(tmp_path / "summary.csv")
+    assert rows[0]["tau_gen"] is None and rows[0]["fid_extractor"] is None and rows[1]["state"] == "partial"
+    fit = summary.fits["tau_gen_vs_n"].pooled
+    assert not fit.fitted and fit.excluded[0][0] == "n00128_w32_s0"
+
+
+def test_not_an_experiment_folder(tmp_path):
+    with pytest.raises(RunFolderError, match="no run folder"):
+        analyze(tmp_path, figures=False)
+    with pytest.raises(RunFolderError, match="does not exist"):
+        analyze(tmp_path / "missing", figures=False)
+    bad = tmp_path / "run"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(RunFolderError, match="not valid JSON"):
+        analyze(tmp_path, figures=False)
+
+
+# --- advice ---------------------------------------------------------------------------------------------------------
+
+def test_advise_from_paper_laws():
+    advice = advise(1024, 32)
+    assert advice.tau_gen.value == 1e5 and advice.tau_mem.value == 300 * 1024
+    assert advice.window == "open" and advice.stop_step == pytest.approx(math.sqrt(1e5 * 300 * 1024))
+    text = advice.format()
+    assert "paper" in text and "recommended stop" in text
+    narrow = advise(1024, 8)  # both laws scale as 1/W
+    assert narrow.tau_gen.value == 4e5 and narrow.tau_mem.value == pytest.approx(4 * 300 * 1024)
+    empty = advise(128, 32)
+    assert empty.window == "empty" and empty.stop_step == pytest.approx(300 * 128 / 2)
+    assert "no generalization window" in empty.warnings[0] and "EMPTY" in empty.format()
+
+
+def test_advise_from_fitted_laws(planted):
+    root, _, summary = planted
+    inside = advise(600, 32, root)
+    assert inside.laws.endswith("fits.json") and inside.window == "open"
+    assert inside.tau_mem.lo < 300 * 600 * 1.3 and inside.tau_mem.hi > 300 * 600 / 1.3
+    assert inside.tau_gen.lo <= inside.tau_gen.value <= inside.tau_gen.hi
+    assert inside.tau_gen.hi < inside.stop_step < inside.tau_mem.lo
+    assert not any("extrapolating" in w for w in inside.warnings)
+    outside = advise(20000, 32, summary.fits)
+    assert any("extrapolating" in w for w in outside.warnings)
+    other_width = advise(1024, 16, json.loads((root / "fits.json").read_text()))
+    assert any("rescaled" in w for w in other_width.warnings)
+    assert any("N / W only" in w for w in other_width.warnings)
+
+
+def test_advise_rejects_bad_input(planted):
+    with pytest.raises(AdviceError, match="n = 1"):
+        advise(1, 32)
+    with pytest.raises(AdviceError, match="width"):
+        advise(128, 0)
+    with pytest.raises(AdviceError, match="lacks"):
+        advise(128, 32, {"tau_mem_vs_n": {}})
