@@ -265,6 +265,7 @@ def build_configs(sections: dict[str, dict[str, Any]]) -> tuple[RunConfig, Sweep
     sweep = built.pop("sweep")
     run = RunConfig(**built)
     validate(run)
+    validate_sweep(sweep)
     return run, sweep
 
 
@@ -281,6 +282,16 @@ def config_from_dict(d: dict[str, Any]) -> RunConfig:
 
 
 # --- validation -----------------------------------------------------------------------------------------------------
+
+def validate_sweep(sweep: SweepConfig) -> None:
+    """Reject grids that cannot work."""
+    if any(n < 2 for n in sweep.n):
+        raise ConfigError(f"sweep.n = {sweep.n}: every train-set size must be >= 2")
+    if any(w < 1 for w in sweep.width):
+        raise ConfigError(f"sweep.width = {sweep.width}: every width must be >= 1")
+    if sweep.steps_per_n < 0:
+        raise ConfigError(f"sweep.steps_per_n = {sweep.steps_per_n} must be >= 0 (0: every run uses train.steps)")
+
 
 def validate(cfg: RunConfig) -> None:
     """Reject values that cannot work, with a one-line message that says what to do."""
@@ -332,8 +343,14 @@ def validate(cfg: RunConfig) -> None:
         bad = [s for s in e.times if not 1 <= s <= t.steps]
         if not e.times or bad:
             raise ConfigError(f"eval.times lists steps {bad or '[]'} outside [1, train.steps = {t.steps}]")
-    if e.n_samples < 2 or e.sampler_steps < 1 or e.batch_size < 1:
-        raise ConfigError("eval.n_samples must be >= 2 and eval.sampler_steps, eval.batch_size >= 1")
+    if t.num_threads < 0:
+        raise ConfigError(f"train.num_threads = {t.num_threads} must be >= 0 (0 keeps torch's default)")
+    for key, value, low in (("n_samples", e.n_samples, 2), ("sampler_steps", e.sampler_steps, 1),
+                            ("batch_size", e.batch_size, 1), ("n_boot", e.n_boot, 1),
+                            ("loss_noise_draws", e.loss_noise_draws, 1), ("loss_n_test", e.loss_n_test, 1),
+                            ("fid_n_reference", e.fid_n_reference, 2)):
+        if value < low:
+            raise ConfigError(f"eval.{key} = {value} must be >= {low}")
     if e.sampler not in ("ddim", "ddpm"):
         raise ConfigError(f"eval.sampler = '{e.sampler}' is unknown; choose ddim or ddpm")
     if not 0.0 < e.mem_threshold <= 1.0:

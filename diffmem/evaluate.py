@@ -45,8 +45,17 @@ class Evaluator:
         # images [start, start + n_ref) of the source's ordering: unique for every held-out pool and size
         self.fid_reference_key = make_reference_key(dataset_sha256, n_ref, start=splits.heldout_range[0])
         self.fid_cache = default_cache_dir(cfg.data.cache_dir) / "fid_stats"
+        self.fid_extractor = self._run_fid_extractor()
         self.shape = tuple(splits.train.shape[1:])
         self.batch_size = cfg.batch_size
+
+    def _run_fid_extractor(self) -> str:
+        """``eval.fid_extractor``, except that "auto" sticks to the extractor of the run's earlier evaluations, so
+        that one run's FID column never mixes feature spaces (e.g. after Inception weights appear on resume)."""
+        if self.cfg.eval.fid_extractor != "auto":
+            return self.cfg.eval.fid_extractor
+        used = [r["fid_extractor"] for r in self.run.metrics() if r.get("fid_extractor")]
+        return used[-1] if used else "auto"
 
     def evaluate(self, model: torch.nn.Module, step: int, train_s: float | None = None) -> dict[str, Any]:
         """Measure ``model`` (the weights at training step ``step``), append the record, return it."""
@@ -65,9 +74,10 @@ class Evaluator:
             if e.fid:
                 result = compute_fid(to_uint8(samples, self.splits.mean.to(samples.device)).cpu(),
                                      self.fid_reference, reference_key=self.fid_reference_key,
-                                     cache_dir=self.fid_cache, extractor=e.fid_extractor, weights=e.fid_weights,
+                                     cache_dir=self.fid_cache, extractor=self.fid_extractor, weights=e.fid_weights,
                                      device=str(self.device))
                 fid_value, fid_extractor, fid_reference = result.value, result.extractor, result.reference
+                self.fid_extractor = result.extractor
             t3 = time.perf_counter()
             train_loss, test_loss = loss_gap(model, self.diffusion, self.train_x, self.test_x, self.loss_step,
                                              draws=e.loss_noise_draws, seed=e.seed)

@@ -504,11 +504,12 @@ def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
 
 # --- all ------------------------------------------------------------------------------------------------------------
 
-def make_figures(experiment_dir: str | Path, *, phase_threshold: float = 0.01,
+def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = None, phase_threshold: float = 0.01,
                  phase_times: Sequence[float] | None = None) -> list[FigureResult]:
-    """Draw every figure of ``experiment_dir`` (after `diffmem analyze`) into ``experiment_dir/figures``."""
+    """Draw every figure of ``experiment_dir`` (after `diffmem analyze`) into ``out_dir`` (default
+    ``experiment_dir/figures``)."""
     data = load_experiment_files(experiment_dir)
-    out_dir = data.directory / "figures"
+    out_dir = data.directory / "figures" if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with mpl.rc_context(STYLE):
         results = [plot_window(data, w, out_dir) for w in data.widths]

@@ -148,17 +148,25 @@ def _stop_on_signals(flag: list[str]):
             signal.signal(s, h)
 
 
+def check_same_config(cfg: RunConfig, run: RunDir, dataset_sha256: str | None = None) -> bool:
+    """False for a new run folder; True when its config.json holds ``cfg`` (and the same dataset, when given);
+    otherwise RunConfigMismatch listing the differing keys."""
+    if not run.config_path.exists():
+        return False
+    stored = json.loads(run.config_path.read_text())
+    diffs = config_diff(stored.get("config", {}), cfg.to_dict())
+    if dataset_sha256 is not None and stored.get("dataset_sha256") != dataset_sha256:
+        diffs.append(f"dataset sha256: {stored.get('dataset_sha256')} -> {dataset_sha256}")
+    if diffs:
+        raise RunConfigMismatch(f"{run.path} holds a run with a different config ({'; '.join(diffs)}); "
+                                "use another --out folder or the same config")
+    return True
+
+
 def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
                        device: torch.device) -> None:
     """Write config.json for a new run, or check that an existing run folder holds the same configuration."""
-    if run.config_path.exists():
-        stored = json.loads(run.config_path.read_text())
-        diffs = config_diff(stored.get("config", {}), cfg.to_dict())
-        if stored.get("dataset_sha256") != dataset_sha256:
-            diffs.append(f"dataset sha256: {stored.get('dataset_sha256')} -> {dataset_sha256}")
-        if diffs:
-            raise RunConfigMismatch(f"{run.path} holds a run with a different config ({'; '.join(diffs)}); "
-                                    "use another --out folder or the same config")
+    if check_same_config(cfg, run, dataset_sha256):
         return
     run.path.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run.config_path, {
@@ -184,6 +192,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     "interrupted"); it exists so that tests and benchmarks can cut a run at a chosen point.
     """
     run = RunDir(run_dir)
+    check_same_config(cfg, run)
     if run.is_done():
         log(f"{run.path}: already done, skipping")
         return TrainResult("skipped", cfg.train.steps, run.path)

@@ -58,3 +58,20 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and err.startswith(f"diffmem {argv[0]}: error:")
     assert not (tmp_path / "out").exists()
+
+
+def test_analyze_then_advise_from_the_fitted_laws(tmp_path, capsys):
+    from diffmem.analysis.synthetic import write_synthetic_experiment
+
+    write_synthetic_experiment(tmp_path / "exp", ns=[128, 256, 512, 1024], widths=[32], seeds=[0, 1],
+                               steps=lambda n, w: 3000 * n)
+    assert main(["analyze", str(tmp_path / "exp"), "--n-boot", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "8 run(s)" in out and "tau_mem_vs_n" in out
+    assert (tmp_path / "exp" / "figures" / "scaling.png").stat().st_size > 0
+    assert main(["advise", "--n", "2048", "--width", "32", "--from", str(tmp_path / "exp")]) == 0
+    advice = capsys.readouterr().out
+    assert "Advice for N = 2048, W = 32" in advice and "recommended stop" in advice
+    assert "outside" in advice or "extrapolat" in advice  # 2048 lies beyond the fitted N range
+    assert main(["advise", "--n", "1024", "--width", "32"]) == 0
+    assert "arXiv 2505.17638" in capsys.readouterr().out  # the paper's laws, with their source

@@ -68,7 +68,7 @@ class Advice:
     window: str  # "open" | "unresolved" | "empty" | "unknown"
     stop_step: float | None
     stop_rule: str
-    laws: str  # "paper" or the fits.json they came from
+    laws: str  # PAPER_SOURCE (the paper's laws and their source) or the fits.json they came from
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def format(self) -> str:
@@ -198,7 +198,7 @@ def advise(n: int, width: int, fits: Mapping[str, Any] | str | Path | None = Non
     warnings: list[str] = []
     if fits is None:
         tau_gen, tau_mem = _paper_predictions(n, width, warnings)
-        laws = "paper"
+        laws = PAPER_SOURCE
     else:
         fit_sets, laws = _resolve_fits(fits)
         tau_gen = _predict_tau_gen(fit_sets, n, width, warnings)

@@ -1,0 +1,25 @@
+"""`diffmem demo --quick` end to end: trains the demo grid, analyzes it, prints the report; a rerun resumes."""
+import csv
+
+from diffmem.cli import main
+from diffmem.demo import QUICK
+
+
+def test_quick_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "tau_mem vs N" in report and "Advice for N = 32" in report and "figures:" in report
+    with open(out / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(int(r["n"]) for r in rows) == QUICK["ns"]
+    assert all(r["state"] == "done" for r in rows)
+    assert (out / "fits.json").stat().st_size > 0
+    for name in ("window_w08", "collapse", "scaling", "loss_gap"):
+        assert (out / "figures" / f"{name}.png").stat().st_size > 0
+    # rerunning finds every run done and only redoes the analysis: no run folder changes
+    runs = sorted(p for p in out.iterdir() if (p / "config.json").exists())
+    before = {p.name: ((p / "state.pt").stat().st_mtime_ns, (p / "metrics.jsonl").read_text()) for p in runs}
+    assert main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 0
+    assert "tau_mem vs N" in capsys.readouterr().out
+    assert {p.name: ((p / "state.pt").stat().st_mtime_ns, (p / "metrics.jsonl").read_text()) for p in runs} == before
