@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from diffmem import __version__
@@ -18,7 +19,21 @@ VERBS = {
     "analyze": "all runs of an experiment folder -> summary.csv, fits.json, figures/",
     "advise": "predicted tau_gen and tau_mem for (N, W) and when to stop training",
     "demo": "the embedded CPU demo: a small N sweep on built-in faces, then the analysis",
+    "sweep": "run or submit every unfinished run of an experiment's grid (debug | local | slurm, via submitit)",
+    "status": "where every run of an experiment folder stands: step, f_mem, FID, state, job ids, logs",
 }
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line on stderr (the default format adds the source line that raised them)."""
+    print(f"diffmem: warning: {message}", file=file or sys.stderr)
 
 
 def _config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:
@@ -65,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help=VERBS["analyze"], description=VERBS["analyze"])
     p.add_argument("experiment_dir", help="a folder of run folders (or one run folder)")
     p.add_argument("--no-figures", action="store_true", help="write summary.csv and fits.json only")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of the fits (default 2000)")
+    p.add_argument("--n-boot", type=_positive_int, default=2000, help="bootstrap resamples of the fits (default 2000)")
 
     p = sub.add_parser("advise", help=VERBS["advise"], description=VERBS["advise"])
     p.add_argument("--n", type=int, required=True, help="train-set size N")
@@ -79,6 +94,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment file (default: experiments/demo.toml of this checkout)")
     p.add_argument("--out", default="runs/demo", help="experiment folder (default runs/demo)")
     p.add_argument("--quick", action="store_true", help="the 3-minute version the test suite runs")
+    p.add_argument("--jobs", type=int, default=None, help="runs trained at once (default: one per CPU core)")
+
+    p = sub.add_parser("sweep", help=VERBS["sweep"], description=VERBS["sweep"])
+    _config_args(p)
+    p.add_argument("--cluster", required=True, choices=["debug", "local", "slurm"],
+                   help="debug: in this process, one run after another; local: jobs on this machine; slurm: one "
+                        "job array")
+    p.add_argument("--out", help="experiment folder (default runs/<experiment file stem>)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list every run with its folder and state (and the sbatch script for slurm); submit nothing")
+    p.add_argument("--max-parallel", type=int, metavar="K",
+                   help="jobs at once (local: default one per GPU, else one per CPU core; slurm: the array's %%K)")
+    p.add_argument("--eval-separately", action="store_true",
+                   help="train without inline evaluation, then evaluate each run in its own job")
+    p.add_argument("--gpus", metavar="0,1,...", help="local: GPU indices to use (default every visible GPU)")
+    p.add_argument("--time", type=float, metavar="HOURS", dest="time_hours",
+                   help="slurm: time limit per job (default 24); local: a time slice per job (default none); a job "
+                        "that reaches it is requeued and continues from state.pt")
+    p.add_argument("--partition", help="slurm partition")
+    p.add_argument("--gpus-per-job", type=int, default=1, help="slurm: GPUs per job (default 1)")
+    p.add_argument("--cpus-per-job", type=int, help="slurm: CPUs per job")
+    p.add_argument("--mem-gb", type=float, help="slurm: memory per job in GB")
+    p.add_argument("--account", help="slurm account")
+    p.add_argument("--qos", help="slurm quality of service")
+    p.add_argument("--constraint", help="slurm node constraint")
+    p.add_argument("--signal-delay-s", type=int, default=300,
+                   help="seconds between the USR2 signal and the time limit (default 300: an inline evaluation may "
+                        "have to finish before the state is saved)")
+    p.add_argument("--max-requeues", type=int, default=20,
+                   help="time-limit requeues per job before giving up (default 20; preemptions do not count)")
+    p.add_argument("--setup", action="append", default=[], metavar="SHELL_LINE",
+                   help="slurm: a line run before the job, e.g. 'module load cuda' (repeatable)")
+    p.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="slurm: an extra '#SBATCH --KEY=VALUE' line (repeatable)")
+
+    p = sub.add_parser("status", help=VERBS["status"], description=VERBS["status"])
+    p.add_argument("experiment_dir", help="the --out folder of `diffmem sweep`")
     return parser
 
 
@@ -112,13 +164,9 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    import os
-
     from diffmem.evaluate import evaluate_run
 
-    if args.fid_weights:
-        os.environ["DIFFMEM_FID_WEIGHTS"] = args.fid_weights
-    evaluate_run(args.run_dir, device=args.device)
+    evaluate_run(args.run_dir, device=args.device, fid_weights=args.fid_weights)
     return 0
 
 
@@ -151,16 +199,60 @@ def cmd_demo(args) -> int:
             raise FileNotFoundError(f"{args.config} not found (diffmem was not installed from a checkout); "
                                     "pass --config experiments/demo.toml")
     cfg, sweep = _load(args)
-    return run_demo(cfg, sweep, args.out, quick=args.quick, progress=not args.no_progress)
+    return run_demo(cfg, sweep, args.out, quick=args.quick, jobs=args.jobs, progress=not args.no_progress)
+
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise ValueError(f"{flag} expects comma-separated integers like 0,1,2, got '{text}'") from None
+
+
+def _key_values(items: list[str], flag: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} expects KEY=VALUE, got '{item}' (e.g. {flag} gres=gpu:a100:1)")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
+def cmd_sweep(args) -> int:
+    from diffmem.sweep import ClusterOptions, run_sweep
+
+    cfg, sweep = _load(args)
+    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    options = ClusterOptions(
+        cluster=args.cluster, max_parallel=args.max_parallel,
+        gpus=_int_list(args.gpus, "--gpus") if args.gpus else None, time_hours=args.time_hours,
+        partition=args.partition, gpus_per_job=args.gpus_per_job, cpus_per_job=args.cpus_per_job,
+        mem_gb=args.mem_gb, account=args.account, qos=args.qos, constraint=args.constraint,
+        signal_delay_s=args.signal_delay_s, max_requeues=args.max_requeues, setup=tuple(args.setup),
+        slurm_options=_key_values(args.slurm_option, "--slurm-option"))
+    report = run_sweep(cfg, sweep, out, options, eval_separately=args.eval_separately, dry_run=args.dry_run,
+                       progress=not args.no_progress)
+    print(report.format())
+    return 1 if report.failed else 0
+
+
+def cmd_status(args) -> int:
+    from diffmem.status import experiment_status, format_status
+
+    print(format_status(experiment_status(args.experiment_dir), args.experiment_dir))
+    return 0
 
 
 COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "analyze": cmd_analyze,
-            "advise": cmd_advise, "demo": cmd_demo}
+            "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.debug:
+        warnings.showwarning = _one_line_warning
     start = time.perf_counter()
     try:
         return COMMANDS[args.verb](args)

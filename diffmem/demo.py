@@ -20,15 +20,15 @@ from diffmem.config import RunConfig, SweepConfig
 from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.train import train
 
-# --quick: the same experiment, smaller in every direction, so the test suite can run the demo end to end.
-QUICK = {"ns": [4, 8, 16, 32], "steps_per_n": 40, "times": 6, "n_samples": 32, "sampler_steps": 10}
+# --quick: the same grid with fewer steps, samples and evaluations, so the test suite can run the demo end to end.
+QUICK = {"steps_per_n": 40, "times": 6, "n_samples": 32, "sampler_steps": 10}
 
 
 def quick_version(base: RunConfig, sweep: SweepConfig) -> tuple[RunConfig, SweepConfig]:
     """The --quick variant of an experiment: fewer steps, samples and evaluations (see ``QUICK``)."""
     cfg = base.replace(eval={"times": QUICK["times"], "n_samples": QUICK["n_samples"],
                              "sampler_steps": QUICK["sampler_steps"]})
-    return cfg, SweepConfig(n=QUICK["ns"], width=sweep.width[:1], seeds=sweep.seeds[:1], steps_per_n=QUICK["steps_per_n"])
+    return cfg, SweepConfig(n=sweep.n, width=sweep.width[:1], seeds=sweep.seeds[:1], steps_per_n=QUICK["steps_per_n"])
 
 
 def _train_quietly(planned: PlannedRun) -> tuple[str, str, int]:
@@ -108,7 +108,7 @@ def report(summary, advice, seconds: float) -> str:
     lines = ["", "N      W    steps     tau_gen [95% CI]           tau_mem [95% CI]           final f_mem"]
     for r in sorted(summary.runs, key=lambda r: (r.width, r.n)):
         final = "-" if r.final_f_mem is None else f"{r.final_f_mem:.2f}"
-        lines.append(f"{r.n:<6} {r.width:<4} {r.steps or 0:<9} {est(r.tau_gen):<26} {est(r.tau_mem):<26} {final}")
+        lines.append(f"{r.n:<6} {r.width:<4} {int(r.steps or 0):<9} {est(r.tau_gen):<26} {est(r.tau_mem):<26} {final}")
     fit = summary.fits["tau_mem_vs_n"].pooled
     lines += ["", f"tau_mem vs N: {fit.describe()}  (paper: exponent 1)",
               f"tau_gen vs N: {summary.fits['tau_gen_vs_n'].pooled.describe()}  (paper: flat, exponent 0)",

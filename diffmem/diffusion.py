@@ -89,9 +89,9 @@ class Diffusion:
         was_training = model.training
         model.eval()
         out = []
+        sched = self.sampler(kind, steps, clip_sample)  # stateless between batches once its timesteps are set
         for start in range(0, n, batch_size):
             b = min(batch_size, n - start)
-            sched = self.sampler(kind, steps, clip_sample)
             x = torch.randn((b, *shape), generator=generator, device=generator.device).to(device)
             for t in sched.timesteps:
                 tt = torch.full((b,), int(t), device=device, dtype=torch.long)

@@ -1,7 +1,8 @@
 """`diffmem demo --quick` end to end: trains the demo grid, analyzes it, prints the report; a rerun resumes."""
 import csv
 
-from diffmem.cli import main
+from diffmem.cli import demo_config_path, main
+from diffmem.config import load_config
 from diffmem.demo import QUICK
 
 
@@ -9,10 +10,12 @@ def test_quick_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 0
     report = capsys.readouterr().out
-    assert "tau_mem vs N" in report and "Advice for N = 32" in report and "figures:" in report
+    _, sweep = load_config(demo_config_path())
+    assert "tau_mem vs N" in report and f"Advice for N = {max(sweep.n)}" in report and "figures:" in report
     with open(out / "summary.csv") as f:
         rows = list(csv.DictReader(f))
-    assert sorted(int(r["n"]) for r in rows) == QUICK["ns"]
+    assert sorted(int(r["n"]) for r in rows) == sorted(sweep.n)
+    assert all(int(r["steps"]) == QUICK["steps_per_n"] * int(r["n"]) for r in rows)
     assert all(r["state"] == "done" for r in rows)
     assert (out / "fits.json").stat().st_size > 0
     for name in ("window_w08", "collapse", "scaling", "loss_gap"):
