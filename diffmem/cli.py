@@ -21,6 +21,7 @@ VERBS = {
     "demo": "the embedded CPU demo: a small N sweep on built-in faces, then the analysis",
     "sweep": "run or submit every unfinished run of an experiment's grid (debug | local | slurm, via submitit)",
     "status": "where every run of an experiment folder stands: step, f_mem, FID, state, job ids, logs",
+    "bench": "time training steps, DDIM sampling or one evaluation; the last output line is one JSON object",
 }
 
 
@@ -131,6 +132,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help=VERBS["status"], description=VERBS["status"])
     p.add_argument("experiment_dir", help="the --out folder of `diffmem sweep`")
+
+    p = sub.add_parser("bench", help=VERBS["bench"], description=VERBS["bench"])
+    bench = p.add_subparsers(dest="bench_verb", metavar="WHAT", required=True)
+    for name, text in (("train", "training steps of diffmem's loop: images/s, FLOPs, utilisation"),
+                       ("sample", "DDIM sampling: images/s"),
+                       ("eval", "one full evaluation of the demo's model, its parts timed")):
+        q = bench.add_parser(name, help=text, description=text)
+        q.add_argument("--device", default="cpu", help="cpu | cuda | auto (default cpu)")
+        q.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+        if name in ("train", "sample"):
+            q.add_argument("--width", type=_positive_int, default=8, help="U-Net base width W (default 8)")
+            q.add_argument("--image-size", type=_positive_int, default=16, help="image side (default 16)")
+            q.add_argument("--attention", action="store_true", help="with the paper's attention layers")
+    q = bench.choices["train"]
+    q.add_argument("--batch", type=_positive_int, default=32, help="batch size (default 32)")
+    q.add_argument("--steps", type=_positive_int, default=30, help="timed optimizer steps (default 30)")
+    q.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    q.add_argument("--adam-impl", default="default", choices=["default", "foreach", "fused", "single"],
+                   help="Adam implementation (default: what training builds)")
+    q.add_argument("--channels-last", action="store_true", help="channels-last memory format")
+    q = bench.choices["sample"]
+    q.add_argument("--n-samples", type=_positive_int, default=256, help="images sampled (default 256)")
+    q.add_argument("--sampler-steps", type=_positive_int, default=50, help="DDIM steps (default 50)")
+    q.add_argument("--batch-size", type=_positive_int, default=1000, help="samples per forward batch (default 1000)")
+    q = bench.choices["eval"]
+    q.add_argument("--n-samples", type=_positive_int, default=256, help="samples per evaluation (default 256)")
+    q.add_argument("--sampler-steps", type=_positive_int, default=50, help="DDIM steps (default 50)")
+    q.add_argument("--n", type=_positive_int, default=64, help="train-set size (default 64)")
+    q.add_argument("--repeats", type=_positive_int, default=3, help="timed evaluations (default 3)")
+    q.add_argument("--train-steps", type=_positive_int, default=200, help="training steps timed (default 200)")
+    q.add_argument("--config", help="experiment file (default: experiments/demo.toml of this checkout)")
     return parser
 
 
@@ -244,8 +276,27 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    import json
+
+    from diffmem.bench import bench_eval, bench_sample, bench_train
+
+    common = dict(device=args.device, threads=args.threads, log=print)
+    if args.bench_verb == "train":
+        out = bench_train(args.width, args.image_size, args.batch, args.steps, attention=args.attention,
+                          warmup=args.warmup, adam_impl=args.adam_impl, channels_last=args.channels_last, **common)
+    elif args.bench_verb == "sample":
+        out = bench_sample(args.width, args.image_size, args.n_samples, args.sampler_steps, attention=args.attention,
+                           batch_size=args.batch_size, **common)
+    else:
+        out = bench_eval(args.n_samples, args.sampler_steps, args.n, args.repeats, args.train_steps,
+                         config_path=args.config, **common)
+    print(json.dumps(out))
+    return 0
+
+
 COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "analyze": cmd_analyze,
-            "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status}
+            "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

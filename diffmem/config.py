@@ -289,6 +289,11 @@ def validate_sweep(sweep: SweepConfig) -> None:
         raise ConfigError(f"sweep.n = {sweep.n}: every train-set size must be >= 2")
     if any(w < 1 for w in sweep.width):
         raise ConfigError(f"sweep.width = {sweep.width}: every width must be >= 1")
+    for key, values in (("n", sweep.n), ("width", sweep.width), ("seeds", sweep.seeds)):
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ConfigError(f"sweep.{key} = {values} lists {repeated} twice: each grid point must be one run folder; "
+                              "remove the duplicates")
     if sweep.steps_per_n < 0:
         raise ConfigError(f"sweep.steps_per_n = {sweep.steps_per_n} must be >= 0 (0: every run uses train.steps)")
 

@@ -25,9 +25,26 @@ from diffmem.metrics.fid import fid as compute_fid, make_reference_key
 from diffmem.metrics.losses import loss_gap
 from diffmem.metrics.memorization import memorized_fraction
 from diffmem.model import build_from_config
-from diffmem.rundir import RunDir
+from diffmem.rundir import RunDir, RunLock
 
 GRID_PAIRS = 32  # samples shown in each sample grid, each above its nearest training image
+
+
+class CheckpointDamaged(RuntimeError):
+    """A checkpoint file cannot be read."""
+
+
+def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """The model weights (state dict) of one ``checkpoints/step_XXXXXXXXX.pt``; CheckpointDamaged when it is
+    truncated or corrupt."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+        weights = state["model"]
+    except Exception as e:  # torch raises several types for a damaged zip
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
+        raise CheckpointDamaged(f"checkpoint {path} is damaged ({type(e).__name__}: {detail}); delete it and rerun "
+                                "`diffmem train` with the same command to write it again") from None
+    return weights
 
 
 class Evaluator:
@@ -114,15 +131,20 @@ class Evaluator:
         return record
 
     def fill_missing(self) -> list[int]:
-        """Evaluate every saved checkpoint that has no metrics line yet; returns the steps evaluated."""
+        """Evaluate every saved checkpoint that has no metrics line yet; returns the steps evaluated.
+
+        Leaves every RNG as it found it (a resumed training run stays bit-identical). A damaged checkpoint is a
+        one-line CheckpointDamaged naming the file.
+        """
         missing = sorted(set(self.run.checkpoint_steps()) - self.run.evaluated_steps())
         if not missing:
             return []
-        model = build_from_config(self.cfg.model, self.cfg.data.image_size).to(self.device)
-        for step in missing:
-            state = torch.load(self.run.checkpoint_path(step), map_location=self.device, weights_only=True)
-            model.load_state_dict(state["model"])
-            self.evaluate(model, step)
+        fork_devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=fork_devices):  # building the model draws initial weights
+            model = build_from_config(self.cfg.model, self.cfg.data.image_size).to(self.device)
+            for step in missing:
+                model.load_state_dict(load_checkpoint(self.run.checkpoint_path(step), self.device))
+                self.evaluate(model, step)
         return missing
 
     def _save_grid(self, samples: torch.Tensor, idx1: torch.Tensor, memorized: torch.Tensor, step: int) -> None:
@@ -155,18 +177,25 @@ class Evaluator:
         tmp.replace(path)
 
 
-def evaluate_run(run_dir: str | Path, device: str = "auto", log: Callable[[str], None] = print) -> list[int]:
-    """``diffmem evaluate RUN_DIR``: evaluate every checkpoint of a run that has no metrics line yet."""
+def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | None = None,
+                 log: Callable[[str], None] = print) -> list[int]:
+    """``diffmem evaluate RUN_DIR``: evaluate every checkpoint of a run that has no metrics line yet.
+
+    ``fid_weights`` replaces the Inception weights path stored in the run's config (it may differ per machine).
+    """
     run = RunDir(run_dir)
     if not run.config_path.exists():
         raise FileNotFoundError(f"{run.path} is not a run folder (no config.json); pass the folder `diffmem train` "
                                 "wrote")
     cfg = config_from_dict(json.loads(run.config_path.read_text())["config"])
+    if fid_weights:
+        cfg = cfg.replace(eval={"fid_weights": fid_weights})
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
     dev = resolve_device(device)
-    evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
-    done = evaluator.fill_missing()
+    with RunLock(run):  # never two processes appending to one metrics.jsonl
+        evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
+        done = evaluator.fill_missing()
     if not done:
         log(f"{run.path}: every checkpoint already has a metrics line")
     return done

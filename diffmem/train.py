@@ -4,6 +4,14 @@
 ``state.pt`` and ends with exactly the weights an uninterrupted run would have (all RNG states are saved). Steps are
 optimizer steps; images seen = steps x batch, with batch = min(train.batch_size, data.n). SIGTERM, SIGUSR2 (Slurm
 preemption) and SIGINT save ``state.pt`` and return with status "interrupted".
+
+Crash safety: a process holds the run's :class:`~diffmem.rundir.RunLock` while it trains, so a second process on the
+same folder stops with :class:`~diffmem.rundir.RunLocked`. ``state.pt`` is replaced atomically and its previous version
+is kept as ``state.prev.pt``; resume falls back to that one when ``state.pt`` is damaged (:func:`load_resume_state`).
+At each evaluation step the checkpoint is written first, then the state, then the metrics line, and a step that already
+has a metrics line is never evaluated again, so a run killed at any moment and rerun ends with every evaluation step in
+``metrics.jsonl`` exactly once and with the weights of an uninterrupted run. A NaN / inf loss or weight stops the run
+with :class:`TrainingDiverged` before anything non-finite is saved.
 """
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -28,9 +37,10 @@ from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.evaluate import Evaluator
+from diffmem.metrics.fid import resolve_extractor
 from diffmem.io import atomic_torch_save, atomic_write_json, atomic_write_text
 from diffmem.model import build_from_config, count_parameters
-from diffmem.rundir import RunDir
+from diffmem.rundir import RunDir, RunLock
 
 
 class RunConfigMismatch(ConfigError):
@@ -38,7 +48,14 @@ class RunConfigMismatch(ConfigError):
 
 
 class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite."""
+    """The training loss (or a weight) became NaN or infinite."""
+
+
+class StateDamaged(RuntimeError):
+    """No readable training state to resume from although the run folder holds a started run."""
+
+STATE_KEYS = ("step", "model", "optimizer", "batcher", "rng")
+LOSS_CHECK_EVERY = 100  # optimizer steps between two checks of the training loss for NaN / inf
 
 
 @dataclass(frozen=True)
@@ -189,7 +206,9 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     ``cfg.eval.inline``.
 
     ``stop_at_step`` stops after that many optimizer steps as a preemption would (state saved, status
-    "interrupted"); it exists so that tests and benchmarks can cut a run at a chosen point.
+    "interrupted"); it exists so that tests and benchmarks can cut a run at a chosen point. Raises RunLocked when
+    another live process works on ``run_dir``, StateDamaged when its state files are unreadable, TrainingDiverged on
+    a NaN / inf loss; the lock is released on every return and every exception.
     """
     run = RunDir(run_dir)
     check_same_config(cfg, run)
@@ -199,9 +218,24 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     device = resolve_device(cfg.train.device)
     if cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
-
+    if cfg.eval.inline and cfg.eval.fid and cfg.eval.fid_extractor != "auto":  # fail before anything is written
+        resolve_extractor(cfg.eval.fid_extractor, cfg.eval.fid_weights)
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
+    with RunLock(run) as lock:
+        if run.is_done():  # another process finished it while this one was loading data
+            check_same_config(cfg, run)
+            log(f"{run.path}: already done, skipping")
+            return TrainResult("skipped", cfg.train.steps, run.path)
+        return _train_locked(cfg, run, lock, images, splits, device, progress=progress, stop_at_step=stop_at_step,
+                             log=log)
+
+
+def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, device: torch.device, *,
+                  progress: bool, stop_at_step: int | None, log: Callable[[str], None]) -> TrainResult:
+    """The body of :func:`train`, run while holding the run's lock."""
+    for leftover in run.remove_temp_files():
+        log(f"{run.path}: removed {leftover.name}, left by a write that was cut short")
     diffusion = Diffusion(cfg.diffusion)
     torch.manual_seed(cfg.train.seed)
     model = build_from_config(cfg.model, cfg.data.image_size).to(device)
@@ -213,8 +247,9 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     train_x = to_model(splits.train, splits.mean).to(device)
     batcher = EpochBatcher(len(train_x), cfg.batch_size, generator)
     step, train_s_before = 0, 0.0
-    if run.state_path.exists():
-        state = load_state(run.state_path)
+    state = load_resume_state(run)
+    resumed = state is not None
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         batcher.load_state_dict(state["batcher"])
@@ -222,30 +257,64 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
         step = int(state["step"])
         train_s_before = float(state.get("train_s", 0.0))
         log(f"{run.path}: resuming at step {step}")
+        del state
 
     evaluator = None
     if cfg.eval.inline:
         evaluator = Evaluator(cfg, run, splits, images.sha256, diffusion, device, log=log)
         evaluator.fill_missing()
+    evaluated = run.evaluated_steps()
 
     segment_start, eval_seconds = time.perf_counter(), 0.0
+    saved_step: list[int | None] = [step if resumed else None]  # step of the last good state on disk
 
     def train_seconds() -> float:
         """Wall seconds spent training (evaluations excluded), summed over every process of this run."""
         return train_s_before + time.perf_counter() - segment_start - eval_seconds
 
+    def diverged(what: str, at_step: int) -> TrainingDiverged:
+        kept = (f"{run.state_path} keeps the last good state (step {saved_step[0]})" if saved_step[0] is not None
+                else "no state was saved")
+        return TrainingDiverged(f"training diverged: {what} at step {at_step}; {kept}; lower train.lr or use "
+                                "--set train.optimizer=adam")
+
     def save_state() -> None:
+        """Write state.pt (keeping the previous one as state.prev.pt); refuses non-finite weights."""
+        finite = torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
+        if not bool(finite):
+            raise diverged("a weight became NaN or infinite", step)
         atomic_torch_save(run.state_path, {
             "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "batcher": batcher.state_dict(), "rng": _rng_state(generator, device), "train_s": train_seconds(),
-        })
+        }, keep_previous=run.state_prev_path)
+        saved_step[0] = step
+
+    if saved_step[0] is None:  # a new run: its step-0 state marks the folder as started (see load_resume_state)
+        save_state()
 
     eval_steps = [s for s in evaluation_steps(cfg.eval.times, cfg.train.steps) if s > step]
     stop: list[str] = []
     model.train()
-    running, running_n = torch.zeros((), device=device), 0
-    bar = tqdm(total=cfg.train.steps, initial=step, disable=not progress, desc=run.path.name, unit="step",
-               dynamic_ncols=True, leave=False)
+    # losses of the steps since the last check, (LOSS_CHECK_EVERY,) on the device: no host sync per step
+    window = torch.zeros(LOSS_CHECK_EVERY, device=device)
+    window_n, bar = 0, tqdm(total=cfg.train.steps, initial=step, disable=not progress, desc=run.path.name,
+                            unit="step", dynamic_ncols=True, leave=False)
+
+    def check_losses() -> None:
+        """Raise TrainingDiverged naming the first step whose loss was NaN / inf since the last check."""
+        nonlocal window_n
+        if window_n == 0:
+            return
+        losses = window[:window_n]
+        mean_loss = losses.mean().item()
+        if not np.isfinite(mean_loss):
+            first_bad = int((~torch.isfinite(losses)).nonzero()[0, 0]) if not torch.isfinite(losses).all() else 0
+            bad_value = losses[first_bad].item()
+            raise diverged(f"the loss became {bad_value}", step - window_n + first_bad + 1)
+        bar.set_postfix(loss=f"{mean_loss:.4f}")
+        window_n = 0
+        lock.check()
+
     with _stop_on_signals(stop), bar:
         while step < cfg.train.steps:
             idx = batcher.next()
@@ -255,33 +324,29 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
             loss.backward()
             optimizer.step()
             step += 1
-            running += loss.detach()
-            running_n += 1
+            window[window_n] = loss.detach()
+            window_n += 1
             bar.update(1)
             at_eval = bool(eval_steps) and step == eval_steps[0]
-            if at_eval or step % 100 == 0:
-                mean_loss = (running / running_n).item()
-                if not np.isfinite(mean_loss):
-                    raise TrainingDiverged(
-                        f"training loss became {mean_loss} before step {step}; state.pt keeps the last good state; "
-                        "lower train.lr or use --set train.optimizer=adam")
-                bar.set_postfix(loss=f"{mean_loss:.4f}")
-                running.zero_()
-                running_n = 0
+            if at_eval or window_n == LOSS_CHECK_EVERY:
+                check_losses()
             if at_eval:
                 eval_steps.pop(0)
                 atomic_torch_save(run.checkpoint_path(step), {"step": step, "model": model.state_dict()})
                 save_state()
-                if evaluator is not None:
+                if evaluator is not None and step not in evaluated:  # a rerun may have evaluated it already
                     e0 = time.perf_counter()
                     evaluator.evaluate(model, step, train_s=round(train_seconds(), 3))
+                    evaluated.add(step)
                     eval_seconds += time.perf_counter() - e0
                     model.train()
             if stop or (stop_at_step is not None and step >= stop_at_step and step < cfg.train.steps):
+                check_losses()
                 save_state()
                 why = stop[0] if stop else f"stop_at_step={stop_at_step}"
                 log(f"{run.path}: {why}: saved state at step {step}; rerun the same command to continue")
                 return TrainResult("interrupted", step, run.path)
+    check_losses()
     save_state()
     atomic_write_text(run.done_path, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
                       + f"\nsteps {step}\ntrain_s {train_seconds():.1f}\n")
@@ -290,9 +355,48 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
 
 
 def load_state(path: Path) -> dict[str, Any]:
-    """Read a ``state.pt``; a truncated or corrupt file is a one-line error naming it."""
+    """Read one training state file; a missing, truncated or corrupt one is a one-line StateDamaged naming it."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise StateDamaged(f"{path} does not exist") from None
     except Exception as e:  # torch raises several types for a damaged zip
-        raise RuntimeError(f"{path} is damaged ({type(e).__name__}); restore it, or delete the run folder to start "
-                           "the run again from step 0") from None
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
+        raise StateDamaged(f"{path} is damaged ({type(e).__name__}: {detail})") from None
+    if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
+        raise StateDamaged(f"{path} is not a diffmem training state (expected the keys {', '.join(STATE_KEYS)})")
+    return state
+
+
+def load_resume_state(run: RunDir) -> dict[str, Any] | None:
+    """The training state to resume ``run`` from: ``state.pt``, else (with a warning) ``state.prev.pt``; None for a
+    run that has not started (neither file and no checkpoint).
+
+    Never restarts a started run from step 0 silently: when both files are missing or damaged, or when checkpoints
+    exist without any state, it raises StateDamaged naming the files. On a fallback a damaged ``state.pt`` is renamed
+    to ``state.damaged.pt``, so that the next save does not push the good previous state out. Call it only while
+    holding the run's lock.
+    """
+    problems = []
+    for path in (run.state_path, run.state_prev_path):
+        if not path.exists():
+            problems.append(f"{path} is missing")
+            continue
+        try:
+            state = load_state(path)
+        except StateDamaged as e:
+            problems.append(str(e))
+            continue
+        if path != run.state_path:
+            if run.state_path.exists():
+                run.state_path.replace(run.path / "state.damaged.pt")
+            warnings.warn(f"{problems[0]}; resuming from the previous state {path} (step {int(state['step'])})")
+        return state
+    if not run.state_path.exists() and not run.state_prev_path.exists():
+        if not run.checkpoint_steps():
+            return None
+        raise StateDamaged(f"{run.path} has checkpoints but neither {run.state_path.name} nor "
+                           f"{run.state_prev_path.name}; restore {run.state_path}, or delete the run folder to start "
+                           "again from step 0")
+    raise StateDamaged(f"cannot resume {run.path}: {'; '.join(problems)}; restore {run.state_path} from a backup, "
+                       "or delete the run folder to start again from step 0")

@@ -68,3 +68,18 @@ def isolated_diffmem_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch
     cache = tmp_path_factory.mktemp("diffmem_cache")
     monkeypatch.setenv("DIFFMEM_CACHE", str(cache))
     return cache
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False,
+                     help="also run the tests marked slow (long end-to-end campaigns); CI leaves them out")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests marked ``slow`` unless ``--runslow`` is given."""
+    if config.getoption("--runslow"):
+        return
+    skip_slow = pytest.mark.skip(reason="slow: run it with --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)

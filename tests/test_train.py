@@ -123,7 +123,8 @@ def test_a_signal_saves_state_exits_0_and_the_rerun_ends_bit_identical(sig, tmp_
     cfg_path = tmp_path / "c.toml"
     cfg_path.write_text("")
     out = tmp_path / "run"
-    overrides = TINY + ["train.steps=150", "eval.inline=false"]
+    # the same thread count in the subprocess and in this process: float reductions depend on it
+    overrides = TINY + ["train.steps=150", "eval.inline=false", "train.num_threads=2"]
     command = [sys.executable, "-m", "diffmem.cli", "train", str(cfg_path), "--out", str(out), "--no-progress",
                *sum((["--set", s] for s in overrides), [])]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
