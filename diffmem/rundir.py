@@ -85,6 +85,11 @@ class RunDir:
     def done_path(self) -> Path:
         return self.path / "done"
 
+    @property
+    def failed_path(self) -> Path:
+        """Written when training stops on an error that a rerun would repeat (a NaN loss); holds the message."""
+        return self.path / "failed"
+
     @staticmethod
     def step_name(step: int) -> str:
         return f"step_{step:09d}"

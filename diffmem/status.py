@@ -247,16 +247,20 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
         total = sub.get("steps")
     checkpoints = run.checkpoint_steps()
     metrics = read_metrics(run.metrics_path)
-    evaluated = len({int(r["step"]) for r in metrics} & set(checkpoints))
+    metric_steps = {int(r["step"]) for r in metrics}
+    # checkpoints with a metrics line; a folder whose checkpoints were removed (e.g. results/) counts its lines
+    evaluated = len(metric_steps & set(checkpoints)) if checkpoints else len(metric_steps)
     done = run.is_done()
     step = total if done and total is not None else (checkpoints[-1] if checkpoints else 0)
     activity, error = _job_activity(sub, read_job(run.path) if run.path.is_dir() else None, experiment_dir)
-    if done and evaluated == len(checkpoints):
+    if done and (evaluated == len(checkpoints) or not checkpoints):
         state, error = "done", None
     elif activity:
         state, error = activity, None
     elif error:
         state = "failed"
+    elif run.failed_path.exists():
+        state, error = "failed", (run.failed_path.read_text().strip().splitlines() or ["failed"])[0]
     elif done or checkpoints or run.state_path.exists():
         state = "partial"
     else:
@@ -308,7 +312,7 @@ def format_status(rows: list[RunStatus], experiment_dir: str | Path) -> str:
     for r in rows:
         total = "?" if r.total is None else str(r.total)
         fid = _fmt(r.fid, ".2f") + ("" if r.fid is None or r.fid_label == "FID" else "*")
-        table.append([r.name, r.state, f"{r.step}/{total}", f"{r.evaluated}/{r.checkpoints}", _fmt(r.f_mem, ".3f"),
+        table.append([r.name, r.state, f"{r.step}/{total}", f"{r.evaluated}/{r.checkpoints}" if r.checkpoints else str(r.evaluated), _fmt(r.f_mem, ".3f"),
                       fid, r.job_id or "-", _relative(r.log, root)])
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]

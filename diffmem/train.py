@@ -227,8 +227,13 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
             check_same_config(cfg, run)
             log(f"{run.path}: already done, skipping")
             return TrainResult("skipped", cfg.train.steps, run.path)
-        return _train_locked(cfg, run, lock, images, splits, device, progress=progress, stop_at_step=stop_at_step,
-                             log=log)
+        run.failed_path.unlink(missing_ok=True)
+        try:
+            return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
+                                 stop_at_step=stop_at_step, log=log)
+        except TrainingDiverged as e:  # `diffmem status` shows the run as failed, with this line
+            atomic_write_text(run.failed_path, f"{e}\n")
+            raise
 
 
 def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, device: torch.device, *,

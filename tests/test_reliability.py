@@ -28,6 +28,7 @@ from diffmem.evaluate import CheckpointDamaged, evaluate_run
 from diffmem.io import WriteFailed, atomic_torch_save
 from diffmem.rundir import RunDir, RunLock, RunLocked
 from diffmem.train import StateDamaged, TrainingDiverged, evaluation_steps, train
+from diffmem.status import run_status
 
 TINY = [
     "data.source=lfw_faces", "data.image_size=16", "data.n=8", "data.n_heldout=36",
@@ -247,6 +248,8 @@ def test_a_nan_loss_names_its_step_keeps_the_last_good_state_and_marks_nothing_d
     assert state["step"] == good and all(torch.isfinite(v).all() for v in state["model"].values())
     assert not run.is_done() and not run.lock_path.exists()
     assert max(run.evaluated_steps()) == good
+    status = run_status(run.path)
+    assert status.state == "failed" and "step 37" in status.error  # `diffmem status` marks it failed
 
 
 def test_a_huge_sgd_learning_rate_diverges_with_a_one_line_error(tmp_path, capsys):
