@@ -260,6 +260,10 @@ def plan_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, 
     queued or running; "train" (train + inline evaluation); or with ``eval_separately`` "train" then "evaluate"
     (or only "evaluate" for a trained run with unevaluated checkpoints). Refuses run folders that hold another
     configuration."""
+    if not sweep.n and not sweep.width:
+        raise SweepError("the experiment's [sweep] grid is empty: list the train-set sizes and/or widths, e.g. "
+                         "[sweep] n = [128, 256] width = [32] (or --set 'sweep.n=[128, 256]'); for one run use "
+                         "`diffmem train`")
     entries, conflicts = [], []
     for planned in expand_grid(base, sweep, experiment_dir):
         run = RunDir(planned.path)

@@ -65,6 +65,8 @@ CASES = {
     "advise from a non-experiment folder": (lambda t, c: ["advise", "--n", "8", "--width", "8", "--from", str(t)],
                                             "fits.json"),
     # sweeps
+    "sweep with an empty grid": (lambda t, c: ["sweep", "CFG", "--cluster", "debug", "--out", "OUT", *sets(LFW)],
+                                 "grid is empty"),
     "sweep with duplicate grid points": (lambda t, c: ["sweep", "CFG", "--cluster", "debug", "--out", "OUT",
                                                        *sets(LFW + ["sweep.n=[8, 8]"])], "twice"),
 }
