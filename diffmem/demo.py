@@ -31,16 +31,30 @@ def quick_version(base: RunConfig, sweep: SweepConfig) -> tuple[RunConfig, Sweep
     return cfg, SweepConfig(n=sweep.n, width=sweep.width[:1], seeds=sweep.seeds[:1], steps_per_n=QUICK["steps_per_n"])
 
 
-def _train_quietly(planned: PlannedRun) -> tuple[str, str, int]:
-    """Train one run in a worker process with one CPU thread; returns (name, status, steps)."""
+_progress_row = 0  # in a worker process: the terminal row of its progress bars, set once by _init_worker
+
+
+def _init_worker(rows, lock) -> None:
+    """Run once in each worker process: take the next free progress-bar row (1, 2, ...) and tqdm's shared lock."""
+    global _progress_row
+    with rows.get_lock():
+        rows.value += 1
+        _progress_row = rows.value
+    tqdm.set_lock(lock)
+
+
+def _train_quietly(planned: PlannedRun, progress: bool) -> tuple[str, str, int]:
+    """Train one run in a worker process with one CPU thread, its progress bar on the worker's own row; returns
+    (name, status, steps)."""
     torch.set_num_threads(1)
-    result = train(planned.cfg, planned.path, progress=False, log=lambda _msg: None)
+    result = train(planned.cfg, planned.path, progress=progress, progress_position=_progress_row,
+                   log=lambda _msg: None)
     return planned.name, result.status, result.step
 
 
 def train_runs(runs: list[PlannedRun], jobs: int, progress: bool) -> bool:
-    """Train every run: in this process with per-run progress bars when ``jobs == 1``, else in ``jobs`` worker
-    processes of one thread each (on a small CPU, parallel 1-thread runs beat one multi-threaded run), the longest
+    """Train every run, each with its own progress bar below the overall one: in this process when ``jobs == 1``,
+    else in ``jobs`` worker processes of one thread each (on a small CPU, parallel 1-thread runs beat one multi-threaded run), the longest
     runs first so that the workers finish together. Returns False when interrupted (Ctrl-C / SIGTERM): the runs
     started have saved their state, and rerunning the demo continues them."""
     order = sorted(runs, key=lambda r: -r.cfg.train.steps)
@@ -53,9 +67,10 @@ def train_runs(runs: list[PlannedRun], jobs: int, progress: bool) -> bool:
                 overall.update(1)
             return True
         ctx = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(ctx.Value("i", 0), ctx.RLock()))
         try:
-            futures = [pool.submit(_train_quietly, planned) for planned in order]
+            futures = [pool.submit(_train_quietly, planned, progress) for planned in order]
             for future in as_completed(futures):
                 name, status, steps = future.result()
                 if status == "interrupted":  # a worker was signalled: stop handing out runs

@@ -201,10 +201,11 @@ def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset
 
 
 def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at_step: int | None = None,
-          log: Callable[[str], None] = print) -> TrainResult:
+          log: Callable[[str], None] = print, progress_position: int = 0) -> TrainResult:
     """Train (or continue, or skip) the run in ``run_dir``; evaluate inline at each evaluation step when
     ``cfg.eval.inline``.
 
+    ``progress_position``: the terminal row of this run's progress bar (parallel runs each get their own).
     ``stop_at_step`` stops after that many optimizer steps as a preemption would (state saved, status
     "interrupted"); it exists so that tests and benchmarks can cut a run at a chosen point. Raises RunLocked when
     another live process works on ``run_dir``, StateDamaged when its state files are unreadable, TrainingDiverged on
@@ -230,14 +231,15 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
         run.failed_path.unlink(missing_ok=True)
         try:
             return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
-                                 stop_at_step=stop_at_step, log=log)
+                                 stop_at_step=stop_at_step, log=log, progress_position=progress_position)
         except TrainingDiverged as e:  # `diffmem status` shows the run as failed, with this line
             atomic_write_text(run.failed_path, f"{e}\n")
             raise
 
 
 def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, device: torch.device, *,
-                  progress: bool, stop_at_step: int | None, log: Callable[[str], None]) -> TrainResult:
+                  progress: bool, stop_at_step: int | None, log: Callable[[str], None],
+                  progress_position: int = 0) -> TrainResult:
     """The body of :func:`train`, run while holding the run's lock."""
     for leftover in run.remove_temp_files():
         log(f"{run.path}: removed {leftover.name}, left by a write that was cut short")
@@ -303,7 +305,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     # losses of the steps since the last check, (LOSS_CHECK_EVERY,) on the device: no host sync per step
     window = torch.zeros(LOSS_CHECK_EVERY, device=device)
     window_n, bar = 0, tqdm(total=cfg.train.steps, initial=step, disable=not progress, desc=run.path.name,
-                            unit="step", dynamic_ncols=True, leave=False)
+                            unit="step", dynamic_ncols=True, leave=False, position=progress_position)
 
     def check_losses() -> None:
         """Raise TrainingDiverged naming the first step whose loss was NaN / inf since the last check."""
