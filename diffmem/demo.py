@@ -8,7 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import torch
@@ -69,17 +69,23 @@ def train_runs(runs: list[PlannedRun], jobs: int, progress: bool) -> bool:
         ctx = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
                                    initargs=(ctx.Value("i", 0), ctx.RLock()))
+        # hand out one run per free worker (never queue ahead), so that an interrupt starts no further run
+        waiting = list(order)
+        running = {pool.submit(_train_quietly, waiting.pop(0), progress) for _ in range(min(jobs, len(waiting)))}
         try:
-            futures = [pool.submit(_train_quietly, planned, progress) for planned in order]
-            for future in as_completed(futures):
-                name, status, steps = future.result()
-                if status == "interrupted":  # a worker was signalled: stop handing out runs
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    return False
-                overall.write(f"  {name}: {status} at step {steps}")
-                overall.update(1)
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    name, status, steps = future.result()
+                    if status == "interrupted":  # a worker was signalled: let the others save, start nothing
+                        pool.shutdown(wait=True)
+                        return False
+                    overall.write(f"  {name}: {status} at step {steps}")
+                    overall.update(1)
+                    if waiting:
+                        running.add(pool.submit(_train_quietly, waiting.pop(0), progress))
         except KeyboardInterrupt:  # the workers got the same Ctrl-C and save their state
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=True)
             return False
         pool.shutdown(wait=True)
     return True
