@@ -28,7 +28,7 @@ from diffmem.data import to_model, train_mean
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.model import build_from_config, count_parameters
-from diffmem.train import EpochBatcher, build_optimizer
+from diffmem.train import EpochBatcher, build_optimizer, training_step
 
 
 class BenchError(ValueError):
@@ -160,13 +160,7 @@ def bench_train(width: int, image_size: int, batch: int, steps: int, device: str
         if i == warmup:
             _sync(dev)
             t0 = time.perf_counter()
-        idx = batcher.next()
-        x0 = train_x if idx is None else train_x[idx]
-        loss = diffusion.loss(model, x0, generator=generator)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        window[i] = loss.detach()
+        window[i] = training_step(model, diffusion, optimizer, batcher, train_x, generator)
     _sync(dev)
     elapsed = time.perf_counter() - t0
     final_loss = float(window[-1])

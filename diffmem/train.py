@@ -88,6 +88,18 @@ def build_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=t.lr)
 
 
+def training_step(model: torch.nn.Module, diffusion: Diffusion, optimizer: torch.optim.Optimizer,
+                  batcher: EpochBatcher, train_x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One optimizer step on the next batch; returns the detached loss, left on the device (no host sync)."""
+    idx = batcher.next()
+    x0 = train_x if idx is None else train_x[idx]
+    loss = diffusion.loss(model, x0, generator=generator)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
 class EpochBatcher:
     """Batches of indices that run through a fresh random permutation of the train set each epoch.
 
@@ -324,14 +336,8 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
 
     with _stop_on_signals(stop), bar:
         while step < cfg.train.steps:
-            idx = batcher.next()
-            x0 = train_x if idx is None else train_x[idx]
-            loss = diffusion.loss(model, x0, generator=generator)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            window[window_n] = training_step(model, diffusion, optimizer, batcher, train_x, generator)
             step += 1
-            window[window_n] = loss.detach()
             window_n += 1
             bar.update(1)
             at_eval = bool(eval_steps) and step == eval_steps[0]
