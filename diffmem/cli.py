@@ -22,6 +22,7 @@ VERBS = {
     "sweep": "run or submit every unfinished run of an experiment's grid (debug | local | slurm, via submitit)",
     "status": "where every run of an experiment folder stands: step, f_mem, FID, state, job ids, logs",
     "bench": "time training steps, DDIM sampling or one evaluation; the last output line is one JSON object",
+    "theory": "the random-features model of the paper: exact dynamics, spectrum, timescales over psi_n",
 }
 
 
@@ -163,6 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--repeats", type=_positive_int, default=3, help="timed evaluations (default 3)")
     q.add_argument("--train-steps", type=_positive_int, default=200, help="training steps timed (default 200)")
     q.add_argument("--config", help="experiment file (default: experiments/demo.toml of this checkout)")
+
+    p = sub.add_parser("theory", help=VERBS["theory"], description=VERBS["theory"])
+    theory = p.add_subparsers(dest="theory_verb", metavar="WHAT", required=True)
+    q = theory.add_parser("sweep", help="psi_n x seeds -> curves.csv, summary.csv, fits.json, spectrum.json, "
+                          "figures/", description="Closed-form training curves of the random-features score "
+                          "over psi_n and seeds, their timescales and power-law fits, U's spectrum, figures.")
+    q.add_argument("--out", required=True, help="output folder (its files are rewritten)")
+    q.add_argument("--config", help="TOML file with a [theory] section (default: the paper's numerics)")
+    q.add_argument("--set", action="append", default=[], metavar="theory.KEY=VALUE",
+                   help="override a key of [theory], e.g. --set theory.psi_n=[4,8] (repeatable)")
+    q.add_argument("--compare", help="a U-Net experiment folder analysed by `diffmem analyze` (e.g. results/demo): "
+                   "adds figures/theory_vs_unet")
+    q.add_argument("--quick", action="store_true", help="a small sweep for a smoke test (d = 40, two psi_n, "
+                   "one seed, no real-feature spectrum)")
     return parser
 
 
@@ -295,8 +310,27 @@ def cmd_bench(args) -> int:
     return 0
 
 
+QUICK_THEORY = ("theory.d=40", "theory.psi_p=16", "theory.psi_n=[2,4]", "theory.seeds=[0]", "theory.n_tau=121",
+                "theory.test_draws=500", "theory.spectrum_psi_n=2", "theory.spectrum_noise_draws=0")
+"""`diffmem theory sweep --quick`: overrides applied before the user's --set."""
+
+
+def cmd_theory(args) -> int:
+    from diffmem.config import load_theory_config
+    from diffmem.theory.sweep import run_theory_sweep
+
+    overrides = (list(QUICK_THEORY) if args.quick else []) + list(args.set)
+    cfg = load_theory_config(args.config, overrides)
+    if args.compare is not None and not (Path(args.compare) / "summary.csv").is_file():
+        raise FileNotFoundError(f"{args.compare}/summary.csv not found; run `diffmem analyze {args.compare}` first")
+    summary = run_theory_sweep(cfg, args.out, compare=args.compare, log=print)
+    print(summary.format())
+    return 0
+
+
 COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "analyze": cmd_analyze,
-            "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status, "bench": cmd_bench}
+            "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status, "bench": cmd_bench,
+            "theory": cmd_theory}
 
 
 def main(argv: list[str] | None = None) -> int:

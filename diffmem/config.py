@@ -113,6 +113,82 @@ class SweepConfig:
 
 
 @dataclass(frozen=True)
+class TheoryConfig:
+    """The random-features model of the score (``diffmem theory``); defaults are the paper's numerics (Sec. 3).
+
+    Score s_A(x) = (A / sqrt p) tanh(W x / sqrt d), W (p x d) frozen standard Gaussian, A (d x p) trained from 0 by
+    gradient descent on the DSM loss at the one diffusion time ``t``; data n samples of N(0, I_d). Training time
+    tau = k * lr / d^2 (k gradient steps). p = round(psi_p * d), n = round(psi_n * d).
+    """
+
+    d: int = 100  # data dimension
+    psi_p: float = 64.0  # p / d (features per dimension)
+    psi_n: list[float] = field(default_factory=lambda: [4.0, 8.0, 16.0, 32.0])  # n / d values of the sweep
+    t: float = 0.1  # diffusion time of the loss curves and timescales (the paper's Fig. 5)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # independent draws of W, data and GEP noise
+    noise: str = "gaussian-equivalent"  # how E_xi is done: "gaussian-equivalent" | "monte-carlo"
+    noise_draws: int = 16  # monte-carlo: noise draws per training sample (fixed; the model trains on them)
+    test_draws: int = 4000  # fresh Monte Carlo draws for the memorization distance (and, monte-carlo, the test set)
+    tau_min: float = 0.1  # first training time of the curves
+    tau_max: float = 1.0e8  # last training time of the curves
+    n_tau: int = 241  # log-spaced training times
+    gap_fraction: float = 0.5  # tau_mem: L_gen = L_test - L_train reaches this fraction of its tau -> inf value
+    spectrum_t: float = 0.01  # the spectrum figure's diffusion time (the paper's Fig. 4)
+    spectrum_psi_n: float = 8.0  # and its n / d
+    spectrum_noise_draws: int = 16  # real tanh features' spectrum overlay: noise draws per sample (0: left out)
+    device: str = "cpu"  # "cpu" | "cuda" | "auto"
+
+
+THEORY_NOISE_MODES = ("gaussian-equivalent", "monte-carlo")
+
+
+def validate_theory(cfg: TheoryConfig) -> None:
+    """Reject theory settings that cannot work, with one line that says what to change."""
+    if cfg.d < 2:
+        raise ConfigError(f"theory.d = {cfg.d} must be >= 2")
+    if cfg.psi_p <= 0 or round(cfg.psi_p * cfg.d) < 1:
+        raise ConfigError(f"theory.psi_p = {cfg.psi_p} must be > 0 (p = psi_p * d features)")
+    if not cfg.psi_n or any(x <= 0 or round(x * cfg.d) < 2 for x in cfg.psi_n):
+        raise ConfigError(f"theory.psi_n = {cfg.psi_n}: give a list of n / d values with n = psi_n * d >= 2")
+    if len(set(cfg.psi_n)) != len(cfg.psi_n) or len(set(cfg.seeds)) != len(cfg.seeds):
+        raise ConfigError("theory.psi_n and theory.seeds must not repeat a value; remove the duplicates")
+    if not cfg.seeds:
+        raise ConfigError("theory.seeds is empty; give at least one seed, e.g. [0]")
+    for name in ("t", "spectrum_t"):
+        if not 0 < getattr(cfg, name) <= 10:
+            raise ConfigError(f"theory.{name} = {getattr(cfg, name)} must be a diffusion time in (0, 10]")
+    if cfg.spectrum_psi_n <= 0 or round(cfg.spectrum_psi_n * cfg.d) < 2:
+        raise ConfigError(f"theory.spectrum_psi_n = {cfg.spectrum_psi_n} must give n = psi_n * d >= 2")
+    if cfg.noise not in THEORY_NOISE_MODES:
+        raise ConfigError(f"theory.noise = '{cfg.noise}'{_closest(cfg.noise, list(THEORY_NOISE_MODES))}; "
+                          "choose one of " + ", ".join(THEORY_NOISE_MODES))
+    if cfg.spectrum_noise_draws < 0:
+        raise ConfigError(f"theory.spectrum_noise_draws = {cfg.spectrum_noise_draws} must be >= 0 (0: no overlay)")
+    if cfg.noise_draws < 1 or cfg.test_draws < 10:
+        raise ConfigError("theory.noise_draws must be >= 1 and theory.test_draws >= 10")
+    if not 0 < cfg.tau_min < cfg.tau_max or cfg.n_tau < 10:
+        raise ConfigError(f"theory.tau_min = {cfg.tau_min}, tau_max = {cfg.tau_max}, n_tau = {cfg.n_tau}: need "
+                          "0 < tau_min < tau_max and n_tau >= 10")
+    if not 0 < cfg.gap_fraction < 1:
+        raise ConfigError(f"theory.gap_fraction = {cfg.gap_fraction} must be in (0, 1), e.g. 0.5")
+    if cfg.device not in ("cpu", "cuda", "auto"):
+        raise ConfigError(f"theory.device = '{cfg.device}' must be cpu, cuda or auto")
+
+
+def load_theory_config(path: str | Path | None = None,
+                       overrides: list[str] | tuple[str, ...] = ()) -> TheoryConfig:
+    """The ``[theory]`` section of a TOML file (or the paper's numerics) with ``--set theory.key=value`` applied."""
+    sections = merge_sections(read_toml(path) if path is not None else {}, list(overrides))
+    extra = sorted(set(sections) - {"theory"})
+    if extra:
+        raise ConfigError(f"a theory config has only a [theory] section, not [{extra[0]}]; "
+                          "use --set theory.key=value")
+    cfg = _build_section(TheoryConfig, "theory", sections.get("theory", {}))
+    validate_theory(cfg)
+    return cfg
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything that defines one run; saved resolved in the run folder's config.json."""
 

@@ -1,0 +1,94 @@
+"""The spectrum of U: the paper's predicted supports (Theorem 3.2) and the measured eigenvalues.
+
+Regime I (psi_p > psi_n >> 1), rho(lambda) = (1 - (1 + psi_n)/psi_p) delta(lambda - s_t^2) + (psi_n/psi_p) rho_1
++ (1/psi_p) rho_2, with
+
+- the delta peak at s_t^2 (directions orthogonal to the data and to W: they change no loss);
+- rho_1, the n-dependent bulk, on [s_t^2 + v_t^2 (1 - sqrt(psi_p/psi_n))^2, s_t^2 + v_t^2 (1 + sqrt(psi_p/psi_n))^2]
+  (the psi_n >> 1 limit of the saddle-point equations; at psi_n = 4 a few eigenvalues leak below its left edge);
+- rho_2, the population bulk: the d non-trivial eigenvalues of E_X[U] = mu1^2 W W^T / d + (v_t^2 + s_t^2) I, whose
+  W W^T / d part is Marchenko-Pastur: [beta + mu1^2 (sqrt(psi_p) - 1)^2, beta + mu1^2 (sqrt(psi_p) + 1)^2],
+  beta = v_t^2 + s_t^2 (on the scale psi_p, independent of n; the finite-n sample spreads it wider).
+
+Regime II (psi_n > psi_p): no delta peak; rho = (1 - 1/psi_p) rho_1 + (1/psi_p) rho_2.
+The slowest memorization mode sits at the left edge of rho_1, hence tau_mem = psi_p / (Delta_t lambda_min).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from diffmem.theory.constants import GaussianEquivalence, gaussian_equivalence
+
+
+@dataclass(frozen=True)
+class Support:
+    """One predicted part of the spectrum: [lo, hi] (lo == hi for the delta peak) holding ``weight`` of the mass."""
+
+    name: str
+    lo: float
+    hi: float
+    weight: float
+
+    def to_dict(self) -> dict[str, float | str]:
+        return asdict(self)
+
+
+def predicted_supports(ge: GaussianEquivalence, psi_p: float, psi_n: float) -> list[Support]:
+    """The delta peak (when psi_p > 1 + psi_n), rho_1 and rho_2 of the paper (see the module docstring)."""
+    ratio = psi_p / psi_n
+    rho1 = Support("rho_1 (n-dependent bulk)", ge.s2 + ge.v2 * (1 - math.sqrt(ratio)) ** 2,
+                   ge.s2 + ge.v2 * (1 + math.sqrt(ratio)) ** 2,
+                   psi_n / psi_p if psi_p > psi_n else 1 - 1 / psi_p)
+    beta = ge.v2 + ge.s2
+    rho2 = Support("rho_2 (population bulk)", beta + ge.mu1_sq * (math.sqrt(psi_p) - 1) ** 2,
+                   beta + ge.mu1_sq * (math.sqrt(psi_p) + 1) ** 2, 1 / psi_p)
+    out = [rho1, rho2]
+    if psi_p > 1 + psi_n:
+        out.insert(0, Support("delta at s_t^2", ge.s2, ge.s2, 1 - (1 + psi_n) / psi_p))
+    return out
+
+
+def lambda_min(ge: GaussianEquivalence, psi_p: float, psi_n: float) -> float:
+    """The left edge of rho_1, s_t^2 + v_t^2 (1 - sqrt(psi_p / psi_n))^2."""
+    return ge.s2 + ge.v2 * (1 - math.sqrt(psi_p / psi_n)) ** 2
+
+
+def predicted_tau_mem(ge: GaussianEquivalence, psi_p: float, psi_n: float) -> float:
+    """tau_mem = psi_p / (Delta_t lambda_min), the paper's timescale of the slowest memorization mode."""
+    return psi_p / (ge.delta * lambda_min(ge, psi_p, psi_n))
+
+
+def predicted_tau_gen(ge: GaussianEquivalence, psi_p: float) -> float:
+    """psi_p / (Delta_t lambda) at the centre of rho_2, ~ 1 / (Delta_t mu1^2): independent of n."""
+    centre = ge.v2 + ge.s2 + ge.mu1_sq * (psi_p + 1)
+    return psi_p / (ge.delta * centre)
+
+
+def mass_in(eigenvalues: np.ndarray, support: Support, rel: float = 0.05) -> float:
+    """Fraction of ``eigenvalues`` inside ``support`` widened by ``rel`` (relative; the delta peak by rel * s2)."""
+    lo, hi = support.lo * (1 - rel), support.hi * (1 + rel)
+    return float(np.mean((eigenvalues >= lo) & (eigenvalues <= hi)))
+
+
+def monte_carlo_spectrum(d: int, p: int, n: int, t: float, seed: int, draws: int, *,
+                         device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> np.ndarray:
+    """Eigenvalues of U for the real tanh features, E_xi replaced by ``draws`` noise draws per sample (ascending).
+
+    Memory: one p x p matrix; time O(p^2 n draws + p^3). The finite number of draws spreads the delta peak into a
+    Marchenko-Pastur bulk of ratio p / (n draws) around s_t^2.
+    """
+    ge = gaussian_equivalence(t)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    w = torch.randn(p, d, generator=gen, dtype=dtype).to(device)
+    x = torch.randn(n, d, generator=gen, dtype=dtype).to(device)
+    u = torch.zeros(p, p, dtype=dtype, device=device)
+    for _ in range(draws):
+        xi = torch.randn(n, d, generator=gen, dtype=dtype).to(device)
+        phi = torch.tanh((ge.c * x + math.sqrt(ge.delta) * xi) @ w.T / math.sqrt(d))
+        u += phi.T @ phi
+    u /= n * draws
+    return torch.linalg.eigvalsh(u).double().cpu().numpy()
