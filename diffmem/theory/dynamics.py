@@ -27,8 +27,9 @@ import torch
 class Eigenbasis:
     """U restricted to the directions B(tau) can reach.
 
-    ``lam``: eigenvalues (r,) of U on the span of V's columns' Krylov space (the rest of the spectrum changes no
-    loss); ``cm``: V^T P (d x r), V's coordinates in those eigenvectors; ``psi_p`` = p / d, ``delta`` = Delta_t.
+    ``lam``: the r eigenvalues of U whose eigenvectors P (p x r) span V's columns (the other eigenvectors are
+    orthogonal to V, so B(tau) never moves along them and they change no loss); ``cm``: V^T P (d x r), V's
+    coordinates in those eigenvectors; ``p`` features, ``d`` dimensions, ``delta`` = Delta_t.
     """
 
     lam: torch.Tensor
@@ -60,8 +61,7 @@ class Eigenbasis:
         return torch.where(finite, f, (1.0 / lam).expand_as(f))
 
     def weights(self, taus: np.ndarray | torch.Tensor, lr: float | None = None) -> torch.Tensor:
-        """B(tau) in p-space needs P; this returns its coordinates Cm diag(f) (len(taus) x d x r), times
-        -Delta_t^{-1/2}: B(tau) = result @ P^T."""
+        """B(tau) in the eigenbasis, -Delta_t^{-1/2} Cm diag(f(tau)) (len(taus) x d x r): B(tau) = result @ P^T."""
         f = self.filters(taus, lr)
         return -(self.cm[None, :, :] * f[:, None, :]) / math.sqrt(self.delta)
 

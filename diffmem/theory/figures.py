@@ -161,6 +161,8 @@ def plot_theory_vs_unet(out_dir: Path, rows: list[dict[str, Any]], fits: dict[st
     ax.plot(xs, xs, color="0.4", lw=0.8, ls="--", label=r"$\tau_\mathrm{mem} \propto$ size")
     _plain_log_x(ax, ticks)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(r"data size relative to the smallest ($\psi_n$ or $N$)")
     ax.set_ylabel(r"$\tau_\mathrm{mem}$ relative to the smallest size")
     ax.legend(loc="upper left", fontsize=6)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from diffmem.analysis import timescales
-from diffmem.analysis.timescales import Estimate
+from diffmem.analysis.timescales import Estimate, _first_crossing_down
 
 
 def gap_rise_time(taus: np.ndarray, train_loss: np.ndarray, test_loss: np.ndarray, gap_at_infinity: float,
@@ -36,9 +36,7 @@ def gap_rise_time(taus: np.ndarray, train_loss: np.ndarray, test_loss: np.ndarra
     if i == 0:
         first = float(taus[0])
         return Estimate(first, None, first, True, f"reached at the first time (upper bound); {rule}")
-    g0, g1 = gap[i - 1], gap[i]
-    u = (level - g0) / (g1 - g0) if g1 != g0 else 1.0
-    value = float(taus[i - 1] * (taus[i] / taus[i - 1]) ** u)
+    value = _first_crossing_down(np.asarray(taus, dtype=float), -gap, -level)  # the same log-time interpolation
     return Estimate(value, float(taus[i - 1]), float(taus[i]), False, rule)
 
 
