@@ -2,7 +2,7 @@
 # Training speed of diffmem's loop under speed switches, against ../shared/bench/reference_train.py, alternating
 # every variant in each round so that machine drift hits all of them. Prints one line per run and run variant, then
 # the median images/s of each variant and its ratio to the reference at the same thread count.
-# Usage (from the project root): benchmarks/train_variants.sh [WIDTH] [IMAGE_SIZE] [BATCH] [STEPS] [ROUNDS]
+# Usage (from the project root): [VARIANTS="..."] benchmarks/train_variants.sh [WIDTH] [IMAGE_SIZE] [BATCH] [STEPS] [ROUNDS]
 set -euo pipefail
 w=${1:-8} s=${2:-16} b=${3:-32} k=${4:-30} rounds=${5:-3}
 py=${PYTHON:-python3}
@@ -15,8 +15,11 @@ declare -A cmds=(
   [diffmem_fused]="diffmem bench train ${args[*]} --device cpu --adam-impl fused"
   [diffmem_t1]="diffmem bench train ${args[*]} --device cpu --threads 1"
   [diffmem_t1_fused]="diffmem bench train ${args[*]} --device cpu --threads 1 --adam-impl fused"
+  [diffmem_t1_channels_last]="diffmem bench train ${args[*]} --device cpu --threads 1 --channels-last"
+  [diffmem_t1_bf16]="diffmem bench train ${args[*]} --device cpu --threads 1 --precision bf16"
 )
-order=(reference diffmem diffmem_fused reference_t1 diffmem_t1 diffmem_t1_fused)
+# VARIANTS="reference_t1 diffmem_t1 ..." picks a subset (default: all, in this order)
+read -r -a order <<< "${VARIANTS:-reference diffmem diffmem_fused reference_t1 diffmem_t1 diffmem_t1_fused diffmem_t1_channels_last diffmem_t1_bf16}"
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for r in $(seq "$rounds"); do

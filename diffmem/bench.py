@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from diffmem.acceleration import PRECISIONS, memory_format, step_model
 from diffmem.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from diffmem.data import to_model, train_mean
 from diffmem.device import resolve_device
@@ -118,13 +119,14 @@ def _apply_threads(threads: int) -> None:
 
 def bench_train(width: int, image_size: int, batch: int, steps: int, device: str = "cpu", attention: bool = False,
                 warmup: int = 3, *, n_images: int = 1024, threads: int = 0, adam_impl: str = "default",
-                channels_last: bool = False, peak_matmul_n: int = 0,
-                log: Callable[[str], None] = _quiet) -> dict[str, Any]:
+                channels_last: bool = False, precision: str = "fp32", compile: bool = False,
+                peak_matmul_n: int = 0, log: Callable[[str], None] = _quiet) -> dict[str, Any]:
     """Time ``steps`` training steps of diffmem's loop (after ``warmup`` untimed ones) and count their FLOPs.
 
     ``adam_impl``: "default" is the optimizer ``diffmem.train.build_optimizer`` builds (torch's Adam with its default
     implementation); "foreach" / "fused" / "single" force that Adam implementation, to measure what a switch would
-    change. ``channels_last`` puts the model and data in channels-last memory format. ``threads`` > 0 calls
+    change. ``channels_last``, ``precision`` and ``compile`` are the training switches of
+    :mod:`diffmem.acceleration` (train.channels_last, train.precision, train.compile). ``threads`` > 0 calls
     ``torch.set_num_threads``. ``peak_matmul_n``: the side of the timed matmuls (0: see :func:`peak_flops`).
     Returns images_per_s, s_per_step (wall seconds per optimizer step), flops_per_step, achieved_flops_per_s,
     peak_flops_per_s (fp32 matmul; peak_bf16_flops_per_s on a GPU), utilisation, and the settings.
@@ -132,6 +134,8 @@ def bench_train(width: int, image_size: int, batch: int, steps: int, device: str
     _check_positive(width=width, image_size=image_size, batch=batch, steps=steps, n_images=n_images)
     if warmup < 0:
         raise BenchError(f"warmup must be >= 0, got {warmup}")
+    if precision not in PRECISIONS:
+        raise BenchError(f"unknown precision '{precision}'; choose " + " or ".join(PRECISIONS))
     if adam_impl not in ("default", "foreach", "fused", "single"):
         raise BenchError(f"unknown adam_impl '{adam_impl}'; choose default, foreach, fused or single")
     dev = resolve_device(device)
@@ -140,15 +144,14 @@ def bench_train(width: int, image_size: int, batch: int, steps: int, device: str
     diffusion = Diffusion(cfg.diffusion)
     torch.manual_seed(0)
     model = build_from_config(cfg.model, image_size).to(dev)
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    model = model.to(memory_format=memory_format)
+    stepper = step_model(model, channels_last=channels_last, compile=compile)
     if adam_impl == "default":
         optimizer = build_optimizer(cfg, model.parameters())
     else:
         flags = {"foreach": dict(foreach=True), "fused": dict(fused=True), "single": dict(foreach=False)}[adam_impl]
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, **flags)
     generator = torch.Generator(device=dev).manual_seed(0)
-    train_x = _random_train_set(n_images, image_size, dev).contiguous(memory_format=memory_format)
+    train_x = _random_train_set(n_images, image_size, dev).contiguous(memory_format=memory_format(channels_last))
     batcher = EpochBatcher(len(train_x), cfg.batch_size, generator)
     window = torch.zeros(steps + warmup, device=dev)  # the loop keeps each loss on the device (no host sync)
     log(f"bench train: W={width} {image_size}x{image_size} batch {cfg.batch_size} attention={attention} "
@@ -160,7 +163,7 @@ def bench_train(width: int, image_size: int, batch: int, steps: int, device: str
         if i == warmup:
             _sync(dev)
             t0 = time.perf_counter()
-        window[i] = training_step(model, diffusion, optimizer, batcher, train_x, generator)
+        window[i] = training_step(stepper, diffusion, optimizer, batcher, train_x, generator, precision)
     _sync(dev)
     elapsed = time.perf_counter() - t0
     final_loss = float(window[-1])
@@ -174,7 +177,8 @@ def bench_train(width: int, image_size: int, batch: int, steps: int, device: str
     out = {
         "impl": "diffmem", "width": width, "image_size": image_size, "batch": cfg.batch_size, "steps": steps,
         "warmup": warmup, "attention": attention, "device": str(dev), "threads": torch.get_num_threads(),
-        "adam_impl": adam_impl, "channels_last": channels_last, "params": count_parameters(model),
+        "adam_impl": adam_impl, "channels_last": channels_last, "precision": precision, "compile": compile,
+        "params": count_parameters(model),
         "s_per_step": s_per_step, "images_per_s": steps * cfg.batch_size / elapsed, "final_loss": final_loss,
         "flops_per_step": flops, "achieved_flops_per_s": achieved, "peak_flops_per_s": peak["fp32"],
         "utilisation": achieved / peak["fp32"],

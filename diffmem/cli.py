@@ -152,7 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     q.add_argument("--adam-impl", default="default", choices=["default", "foreach", "fused", "single"],
                    help="Adam implementation (default: what training builds)")
-    q.add_argument("--channels-last", action="store_true", help="channels-last memory format")
+    q.add_argument("--channels-last", action="store_true", help="channels-last memory format (train.channels_last)")
+    q.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: autocast of the U-Net forward (train.precision; default fp32)")
+    q.add_argument("--compile", action="store_true", help="torch.compile the training forward (train.compile)")
     q = bench.choices["sample"]
     q.add_argument("--n-samples", type=_positive_int, default=256, help="images sampled (default 256)")
     q.add_argument("--sampler-steps", type=_positive_int, default=50, help="DDIM steps (default 50)")
@@ -299,7 +302,8 @@ def cmd_bench(args) -> int:
     common = dict(device=args.device, threads=args.threads, log=print)
     if args.bench_verb == "train":
         out = bench_train(args.width, args.image_size, args.batch, args.steps, attention=args.attention,
-                          warmup=args.warmup, adam_impl=args.adam_impl, channels_last=args.channels_last, **common)
+                          warmup=args.warmup, adam_impl=args.adam_impl, channels_last=args.channels_last,
+                          precision=args.precision, compile=args.compile, **common)
     elif args.bench_verb == "sample":
         out = bench_sample(args.width, args.image_size, args.n_samples, args.sampler_steps, attention=args.attention,
                            batch_size=args.batch_size, **common)

@@ -77,6 +77,9 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
+    precision: str = "fp32"  # "fp32" | "bf16" (autocast of the U-Net forward; see diffmem/acceleration.py)
+    channels_last: bool = False  # model and data in channels-last memory format
+    compile: bool = False  # torch.compile the training forward
 
 
 @dataclass(frozen=True)
@@ -424,6 +427,9 @@ def validate(cfg: RunConfig) -> None:
         bad = [s for s in e.times if not 1 <= s <= t.steps]
         if not e.times or bad:
             raise ConfigError(f"eval.times lists steps {bad or '[]'} outside [1, train.steps = {t.steps}]")
+    if t.precision not in ("fp32", "bf16"):
+        raise ConfigError(f"train.precision = '{t.precision}' is unknown{_closest(t.precision, ['fp32', 'bf16'])}; "
+                          "choose fp32 or bf16")
     if t.num_threads < 0:
         raise ConfigError(f"train.num_threads = {t.num_threads} must be >= 0 (0 keeps torch's default)")
     for key, value, low in (("n_samples", e.n_samples, 2), ("sampler_steps", e.sampler_steps, 1),
@@ -441,7 +447,8 @@ def validate(cfg: RunConfig) -> None:
 
 
 # Keys that may change between reruns of one run folder: they change how a run executes, not what it computes.
-EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "eval.inline", "eval.batch_size", "eval.fid_weights"})
+EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.channels_last", "train.compile", "eval.inline",
+                            "eval.batch_size", "eval.fid_weights"})
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -39,6 +39,7 @@ from diffmem.diffusion import Diffusion
 from diffmem.evaluate import Evaluator
 from diffmem.metrics.fid import resolve_extractor
 from diffmem.io import atomic_torch_save, atomic_write_json, atomic_write_text
+from diffmem.acceleration import autocast, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
 from diffmem.rundir import RunDir, RunLock
 
@@ -89,11 +90,16 @@ def build_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
 
 
 def training_step(model: torch.nn.Module, diffusion: Diffusion, optimizer: torch.optim.Optimizer,
-                  batcher: EpochBatcher, train_x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One optimizer step on the next batch; returns the detached loss, left on the device (no host sync)."""
+                  batcher: EpochBatcher, train_x: torch.Tensor, generator: torch.Generator,
+                  precision: str = "fp32") -> torch.Tensor:
+    """One optimizer step on the next batch; returns the detached loss, left on the device (no host sync).
+
+    ``precision``: "fp32", or "bf16" for the U-Net forward under autocast (:mod:`diffmem.acceleration`).
+    """
     idx = batcher.next()
     x0 = train_x if idx is None else train_x[idx]
-    loss = diffusion.loss(model, x0, generator=generator)
+    with autocast(train_x.device, precision):
+        loss = diffusion.loss(model, x0, generator=generator)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
@@ -265,6 +271,8 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     generator.manual_seed(cfg.train.seed)
     train_x = to_model(splits.train, splits.mean).to(device)
     batcher = EpochBatcher(len(train_x), cfg.batch_size, generator)
+    stepper = step_model(model, channels_last=cfg.train.channels_last, compile=cfg.train.compile)
+    train_x = train_x.contiguous(memory_format=memory_format(cfg.train.channels_last))
     step, train_s_before = 0, 0.0
     state = load_resume_state(run)
     resumed = state is not None
@@ -336,7 +344,8 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
 
     with _stop_on_signals(stop), bar:
         while step < cfg.train.steps:
-            window[window_n] = training_step(model, diffusion, optimizer, batcher, train_x, generator)
+            window[window_n] = training_step(stepper, diffusion, optimizer, batcher, train_x, generator,
+                                             cfg.train.precision)
             step += 1
             window_n += 1
             bar.update(1)

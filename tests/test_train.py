@@ -150,3 +150,21 @@ def test_a_finished_run_with_a_changed_config_is_refused_not_skipped(tmp_path):
     assert train(cfg, tmp_path / "run", progress=False).status == "done"
     with pytest.raises(RunConfigMismatch, match=r"train.steps: 5 -> 6"):
         train(cfg.replace(train={"steps": 6}), tmp_path / "run", progress=False)
+
+
+def test_a_run_with_the_speed_switches_trains_resumes_and_evaluates(tmp_path):
+    """bf16 + channels-last: the run finishes, resumes exactly, and its checkpoints load into the plain model."""
+    cfg = tiny("train.precision=bf16", "train.channels_last=true")
+    train(cfg, tmp_path / "straight", progress=False)
+    train(cfg, tmp_path / "cut", progress=False, stop_at_step=23)
+    assert train(cfg, tmp_path / "cut", progress=False).status == "done"
+    a = torch.load(tmp_path / "straight" / "state.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "cut" / "state.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    metrics = RunDir(tmp_path / "straight").metrics()
+    assert len(metrics) == 4 and all(0 <= m["f_mem"] <= 1 for m in metrics)
+    # channels_last is an execution switch: a rerun may turn it off; precision changes results, so it may not
+    plain_layout = cfg.replace(train={"channels_last": False})
+    assert train(plain_layout, tmp_path / "straight", progress=False).status == "skipped"
+    with pytest.raises(RunConfigMismatch, match="train.precision"):
+        train(cfg.replace(train={"precision": "fp32"}), tmp_path / "straight", progress=False)
