@@ -48,13 +48,17 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
 
 
 class Evaluator:
-    """Everything one run's evaluations share (train/test tensors, FID reference), built once per process."""
+    """Everything one run's evaluations share (train/test tensors, FID reference), built once per process.
+
+    ``train_x``: the centred train set (N, C, S, S) already on ``device`` (training passes its own, so the set is not
+    held twice); None builds it from ``splits``.
+    """
 
     def __init__(self, cfg: RunConfig, run: RunDir, splits: Splits, dataset_sha256: str, diffusion: Diffusion,
-                 device: torch.device, log: Callable[[str], None] = print):
+                 device: torch.device, log: Callable[[str], None] = print, train_x: torch.Tensor | None = None):
         self.cfg, self.run, self.splits, self.diffusion, self.device, self.log = cfg, run, splits, diffusion, device, log
         e = cfg.eval
-        self.train_x = to_model(splits.train, splits.mean).to(device)
+        self.train_x = to_model(splits.train, splits.mean).to(device) if train_x is None else train_x
         self.test_x = to_model(splits.heldout[:e.loss_n_test], splits.mean).to(device)
         self.loss_step = diffusion.step_for_time(e.loss_t)
         self.fid_reference = splits.heldout[:e.fid_n_reference]

@@ -299,6 +299,11 @@ def _draw_fit(ax, fit: PowerLawFit | None, color, label_x: str) -> str | None:
     return (f"$\\propto {label_x}^{{{fit.exponent:.2f}}}$ [{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]")
 
 
+def _present(data: ExperimentFiles, panels: Sequence[tuple]) -> list[tuple]:
+    """The panels (tuples whose first item is a summary.csv column) with at least one value in that column."""
+    return [panel for panel in panels if any(r[panel[0]] is not None for r in data.rows)]
+
+
 def _group_fit(data: ExperimentFiles, name: str, key: str) -> PowerLawFit | None:
     if data.fits is None:
         return None
@@ -307,10 +312,8 @@ def _group_fit(data: ExperimentFiles, name: str, key: str) -> PowerLawFit | None
 
 def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     """tau_mem and tau_gen against N per width, with the fitted laws."""
-    panels = [(key, name, label) for key, name, label in (
-        ("tau_mem", "tau_mem_vs_n", r"$\tau_\mathrm{mem}$ (steps)"),
-        ("tau_gen", "tau_gen_vs_n", r"$\tau_\mathrm{gen}$ (steps)"))
-        if any(r[key] is not None for r in data.rows)]
+    panels = _present(data, (("tau_mem", "tau_mem_vs_n", r"$\tau_\mathrm{mem}$ (steps)"),
+                             ("tau_gen", "tau_gen_vs_n", r"$\tau_\mathrm{gen}$ (steps)")))
     if not panels:
         return FigureResult("scaling", skipped="no tau_mem and no tau_gen in summary.csv")
     fig, axes = _new_figure(len(panels))
@@ -341,10 +344,8 @@ def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     """tau_gen and tau_mem / N against W, per N, when several widths exist."""
     if len(data.widths) < 2:
         return FigureResult("width", skipped=f"only one width ({data.widths[0]}): nothing to plot against W")
-    panels = [(key, label, scale) for key, label, scale in (
-        ("tau_gen", r"$\tau_\mathrm{gen}$ (steps)", lambda r: 1.0),
-        ("tau_mem", r"$\tau_\mathrm{mem} / N$ (steps per image)", lambda r: float(r["n"])))
-        if any(r[key] is not None for r in data.rows)]
+    panels = _present(data, (("tau_gen", r"$\tau_\mathrm{gen}$ (steps)", lambda r: 1.0),
+                             ("tau_mem", r"$\tau_\mathrm{mem} / N$ (steps per image)", lambda r: float(r["n"]))))
     if not panels:
         return FigureResult("width", skipped="no tau_gen and no tau_mem in summary.csv")
     fig, axes = _new_figure(len(panels))

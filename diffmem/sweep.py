@@ -19,7 +19,7 @@ How the signals cooperate. submitit's job runner installs handlers before callin
 (USR2, or ``$SUBMITIT_PREEMPT_SIGNAL``) checkpoints and requeues, SIGTERM is ignored (Slurm sends it at preemption
 and cancellation before the kill). While training, :func:`diffmem.train.train` replaces them with its own
 (SIGTERM / SIGUSR2 / SIGINT save ``state.pt`` and return "interrupted") and restores them when it returns.
-:class:`RunJob` notes which signals arrived (``signal.set_wakeup_fd``) and then acts as submitit would have:
+:class:`RunJob` reads which signals interrupted it (``TrainResult.signals``) and then acts as submitit would have:
 
 * the preemption signal: raise it again, so submitit's handler calls :meth:`RunJob.checkpoint` and requeues
   (local: exit code 144, the controller restarts the job; Slurm: ``scontrol requeue``);
@@ -34,13 +34,11 @@ Uses submitit 1.5.4; ``--dry-run`` renders the sbatch script with submitit's pri
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -93,29 +91,6 @@ def _has_python_handler(sig: int) -> bool:
     return callable(signal.getsignal(sig))
 
 
-@contextlib.contextmanager
-def _signals_received():
-    """Collect the numbers of the signals that arrive inside the block, whoever handles them (via the interpreter's
-    wakeup fd). Yields a set that is filled when the block ends; empty outside the main thread."""
-    received: set[int] = set()
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(read_fd, False)
-    os.set_blocking(write_fd, False)
-    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    try:
-        yield received
-    finally:
-        signal.set_wakeup_fd(previous)
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(read_fd, 256):
-                received.update(chunk)
-        os.close(read_fd)
-        os.close(write_fd)
-
-
 def _current_job_id() -> str | None:
     try:
         return submitit.JobEnvironment().job_id
@@ -161,20 +136,20 @@ class RunJob(Checkpointable):
         """train(), acting on the signals that interrupted it as submitit's handlers would (module docstring)."""
         preempt = _preemption_signal()
         while True:
-            with _signals_received() as received:
-                result = train(self.cfg, run.path, progress=self.progress, log=_print)
+            result = train(self.cfg, run.path, progress=self.progress, log=_print)
+            received = set(result.signals)
             self.step = result.step
             if result.status != "interrupted":
                 return result
-            if preempt in received:
+            if preempt.name in received:
                 if _has_python_handler(preempt):  # submitit's: checkpoint() and requeue, then exit this process
                     _print(f"{run.path.name}: {preempt.name} at step {result.step}, state saved; handing over to "
                            "submitit to requeue")
                     signal.raise_signal(preempt)
                 return result
-            if signal.SIGINT in received:
+            if signal.SIGINT.name in received:
                 raise KeyboardInterrupt
-            if signal.SIGTERM in received and _has_python_handler(signal.SIGTERM):
+            if signal.SIGTERM.name in received and _has_python_handler(signal.SIGTERM):
                 _print(f"{run.path.name}: SIGTERM at step {result.step}; inside a submitit job it is ignored (the "
                        f"preemption signal is {preempt.name}): continuing from state.pt")
                 continue

@@ -64,6 +64,7 @@ class TrainResult:
     status: str  # "done" | "skipped" (was already done) | "interrupted" (state saved, rerun to continue)
     step: int  # optimizer steps completed
     run_dir: Path
+    signals: tuple[str, ...] = ()  # names of the signals that interrupted it, in arrival order ("SIGUSR2", ...)
 
 
 def evaluation_steps(times: int | list[int], total_steps: int) -> list[int]:
@@ -288,7 +289,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
 
     evaluator = None
     if cfg.eval.inline:
-        evaluator = Evaluator(cfg, run, splits, images.sha256, diffusion, device, log=log)
+        evaluator = Evaluator(cfg, run, splits, images.sha256, diffusion, device, log=log, train_x=train_x)
         evaluator.fill_missing()
     evaluated = run.evaluated_steps()
 
@@ -367,7 +368,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
                 save_state()
                 why = stop[0] if stop else f"stop_at_step={stop_at_step}"
                 log(f"{run.path}: {why}: saved state at step {step}; rerun the same command to continue")
-                return TrainResult("interrupted", step, run.path)
+                return TrainResult("interrupted", step, run.path, signals=tuple(stop))
     check_losses()
     save_state()
     atomic_write_text(run.done_path, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

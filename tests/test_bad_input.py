@@ -7,15 +7,8 @@ import json
 import pytest
 
 from diffmem.cli import main
+from tiny_runs import SMOKE, sets
 
-LFW = ["data.source=lfw_faces", "data.image_size=16", "data.n_heldout=36", "model.width=8", "model.attention=false",
-       "model.norm_groups=1", "train.steps=5", "train.device=cpu", "eval.times=1", "eval.n_samples=4",
-       "eval.sampler_steps=2", "eval.n_boot=10", "eval.loss_n_test=4", "eval.loss_noise_draws=1",
-       "eval.fid_extractor=diffmem-randconv-v1"]
-
-
-def sets(items):
-    return sum((["--set", s] for s in items), [])
 
 
 def corrupt_celeba(celeba_root):
@@ -32,31 +25,31 @@ CASES = {
                           "img_align_celeba"),
     "wrong layout": (lambda t, c: ["prepare", "celeba", "--root", str(_wrong_layout(t))], "img_align_celeba"),
     "corrupt image": (lambda t, c: ["prepare", "celeba", "--root", str(corrupt_celeba(c))], "000003.jpg"),
-    "N larger than the data": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["data.n=65"])],
+    "N larger than the data": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["data.n=65"])],
                                "larger than the training part"),
-    "N < 2": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["data.n=1"])], "at least 2 images"),
+    "N < 2": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["data.n=1"])], "at least 2 images"),
     "subset index out of range": (lambda t, c: ["train", "CFG", "--out", "OUT",
-                                                *sets(LFW + ["data.n=32", "data.subset_index=2"])], "out of range"),
+                                                *sets(SMOKE + ["data.n=32", "data.subset_index=2"])], "out of range"),
     "held-out pool overlapping everything": (lambda t, c: ["train", "CFG", "--out", "OUT",
-                                                           *sets(LFW + ["data.n=8", "data.n_heldout=100"])],
+                                                           *sets(SMOKE + ["data.n=8", "data.n_heldout=100"])],
                                              "n_heldout"),
     # model and training
     "width not a multiple of the groups": (lambda t, c: ["train", "CFG", "--out", "OUT",
-                                                         *sets(LFW + ["model.norm_groups=3"])], "multiple of"),
-    "image size not divisible": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["data.image_size=18"])],
+                                                         *sets(SMOKE + ["model.norm_groups=3"])], "multiple of"),
+    "image size not divisible": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["data.image_size=18"])],
                                  "multiple of 4"),
-    "steps <= 0": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["train.steps=0"])], "must be > 0"),
-    "lr <= 0": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["train.lr=0"])], "train.lr = 0.0 must be"),
-    "unknown optimizer": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["train.optimizer=sdg"])],
+    "steps <= 0": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["train.steps=0"])], "must be > 0"),
+    "lr <= 0": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["train.lr=0"])], "train.lr = 0.0 must be"),
+    "unknown optimizer": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["train.optimizer=sdg"])],
                           "did you mean 'sgd'"),
-    "unknown key": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["model.widht=8"])],
+    "unknown key": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["model.widht=8"])],
                     "did you mean 'width'"),
-    "unknown section": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["evall.fid=false"])],
+    "unknown section": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["evall.fid=false"])],
                         "did you mean 'eval'"),
-    "wrong value type": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(LFW + ["train.steps=many"])],
+    "wrong value type": (lambda t, c: ["train", "CFG", "--out", "OUT", *sets(SMOKE + ["train.steps=many"])],
                          "expected int"),
     "FID with no Inception weights": (lambda t, c: ["train", "CFG", "--out", "OUT",
-                                                    *sets(LFW + ["eval.fid_extractor=inception"])],
+                                                    *sets(SMOKE + ["eval.fid_extractor=inception"])],
                                       "weights-inception-2015-12-05-6726825d.pth"),
     # folders that are not runs or experiments
     "evaluate a non-run folder": (lambda t, c: ["evaluate", str(t)], "not a run folder"),
@@ -65,10 +58,10 @@ CASES = {
     "advise from a non-experiment folder": (lambda t, c: ["advise", "--n", "8", "--width", "8", "--from", str(t)],
                                             "fits.json"),
     # sweeps
-    "sweep with an empty grid": (lambda t, c: ["sweep", "CFG", "--cluster", "debug", "--out", "OUT", *sets(LFW)],
+    "sweep with an empty grid": (lambda t, c: ["sweep", "CFG", "--cluster", "debug", "--out", "OUT", *sets(SMOKE)],
                                  "grid is empty"),
     "sweep with duplicate grid points": (lambda t, c: ["sweep", "CFG", "--cluster", "debug", "--out", "OUT",
-                                                       *sets(LFW + ["sweep.n=[8, 8]"])], "twice"),
+                                                       *sets(SMOKE + ["sweep.n=[8, 8]"])], "twice"),
 }
 
 
@@ -97,9 +90,9 @@ def test_rerun_with_a_different_config_lists_the_differing_keys(tmp_path, capsys
     config = tmp_path / "c.toml"
     config.write_text("")
     out = tmp_path / "run"
-    assert main(["train", str(config), "--out", str(out), "--no-progress", *sets(LFW + ["data.n=8"])]) == 0
+    assert main(["train", str(config), "--out", str(out), "--no-progress", *sets(SMOKE + ["data.n=8"])]) == 0
     capsys.readouterr()
-    assert main(["train", str(config), "--out", str(out), *sets(LFW + ["data.n=8", "train.lr=0.5"])]) == 2
+    assert main(["train", str(config), "--out", str(out), *sets(SMOKE + ["data.n=8", "train.lr=0.5"])]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "train.lr: 0.01 -> 0.5" in err
 

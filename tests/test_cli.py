@@ -6,18 +6,8 @@ import pytest
 
 from diffmem.cli import VERBS, main
 from diffmem.rundir import RunDir
+from tiny_runs import TINY_CELEBA, sets
 
-TINY_CELEBA = [
-    "data.source=celeba", "data.image_size=8", "data.n=8", "data.n_heldout=8",
-    "model.width=8", "model.attention=false", "model.norm_groups=1",
-    "train.optimizer=adam", "train.lr=1e-3", "train.batch_size=4", "train.steps=20", "train.device=cpu",
-    "eval.times=2", "eval.n_samples=8", "eval.sampler_steps=3", "eval.n_boot=20",
-    "eval.fid_extractor=diffmem-randconv-v1", "eval.loss_n_test=8", "eval.loss_noise_draws=1",
-]
-
-
-def sets(items):
-    return sum((["--set", s] for s in items), [])
 
 
 def test_help_lists_every_verb_with_a_description():

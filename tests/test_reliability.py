@@ -29,19 +29,8 @@ from diffmem.io import WriteFailed, atomic_torch_save
 from diffmem.rundir import RunDir, RunLock, RunLocked
 from diffmem.train import StateDamaged, TrainingDiverged, evaluation_steps, train
 from diffmem.status import run_status
+from tiny_runs import TINY, sets, tiny_config
 
-TINY = [
-    "data.source=lfw_faces", "data.image_size=16", "data.n=8", "data.n_heldout=36",
-    "model.width=8", "model.attention=false", "model.norm_groups=1",
-    "train.optimizer=adam", "train.lr=1e-3", "train.batch_size=4", "train.steps=60", "train.device=cpu",
-    "eval.times=4", "eval.n_samples=16", "eval.sampler_steps=4", "eval.n_boot=50",
-    "eval.fid_extractor=diffmem-randconv-v1", "eval.loss_n_test=16", "eval.loss_noise_draws=1",
-]
-
-
-def tiny(*extra: str):
-    cfg, _ = load_config(None, TINY + list(extra))
-    return cfg
 
 
 def timing_free(records):
@@ -70,10 +59,6 @@ def write_config(tmp_path: Path) -> Path:
     return path
 
 
-def sets(items):
-    return sum((["--set", s] for s in items), [])
-
-
 # --- the run lock ------------------------------------------------------------------------------------------------
 
 HOLD_LOCK = ("import sys; from diffmem.rundir import RunDir, RunLock; RunLock(RunDir(sys.argv[1])).acquire(); "
@@ -87,7 +72,7 @@ def test_a_second_process_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_p
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunLocked, match=rf"in use by pid {holder.pid} on host {socket.gethostname()} since "):
-            train(tiny("eval.inline=false", "train.steps=3"), run, progress=False)
+            train(tiny_config("eval.inline=false", "train.steps=3"), run, progress=False)
         config = write_config(tmp_path)
         assert main(["train", str(config), "--out", str(run), "--no-progress", *sets(TINY)]) == 2
         assert f"pid {holder.pid}" in one_line_error(capsys, "train")
@@ -98,7 +83,7 @@ def test_a_second_process_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_p
     # the holder is dead (SIGKILL: it could not release): its lock is stale and taken over
     assert RunDir(run).lock_path.exists()
     with pytest.warns(UserWarning, match=rf"stale lock of pid {holder.pid}.*dead"):
-        assert train(tiny("eval.inline=false", "train.steps=3"), run, progress=False).status == "done"
+        assert train(tiny_config("eval.inline=false", "train.steps=3"), run, progress=False).status == "done"
     assert not RunDir(run).lock_path.exists()
 
 
@@ -157,7 +142,7 @@ def test_the_heartbeat_refreshes_the_lock_and_notices_a_takeover(tmp_path):
 
 
 def test_the_lock_is_released_on_every_way_out_of_train(tmp_path, monkeypatch):
-    cfg = tiny("eval.inline=false")
+    cfg = tiny_config("eval.inline=false")
     run = RunDir(tmp_path / "run")
     assert train(cfg, run.path, progress=False, stop_at_step=5).status == "interrupted"
     assert not run.lock_path.exists()
@@ -181,7 +166,7 @@ def truncate(path: Path) -> None:
 
 
 def test_a_damaged_state_falls_back_to_the_previous_one_and_ends_bit_identical(tmp_path):
-    cfg = tiny("eval.inline=false")
+    cfg = tiny_config("eval.inline=false")
     train(cfg, tmp_path / "straight", progress=False)
     run = RunDir(tmp_path / "cut")
     train(cfg, run.path, progress=False, stop_at_step=23)
@@ -197,11 +182,11 @@ def test_no_readable_state_stops_with_one_line_naming_the_file(tmp_path, capsys)
     run = RunDir(tmp_path / "run")
     config = write_config(tmp_path)
     argv = ["train", str(config), "--out", str(run.path), "--no-progress", *sets(TINY + ["eval.inline=false"])]
-    train(tiny("eval.inline=false"), run.path, progress=False, stop_at_step=23)
+    train(tiny_config("eval.inline=false"), run.path, progress=False, stop_at_step=23)
     truncate(run.state_path)
     run.state_prev_path.write_bytes(b"not a zip")
     with pytest.raises(StateDamaged, match=r"cannot resume .*state\.pt is damaged"):
-        train(tiny("eval.inline=false"), run.path, progress=False)
+        train(tiny_config("eval.inline=false"), run.path, progress=False)
     assert main(argv) == 2
     err = one_line_error(capsys, "train")
     assert str(run.state_path) in err and "damaged" in err and "state.prev.pt" in err
@@ -215,7 +200,7 @@ def test_no_readable_state_stops_with_one_line_naming_the_file(tmp_path, capsys)
 
 def test_a_damaged_checkpoint_is_a_one_line_error_naming_it(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
-    train(tiny("eval.inline=false"), run.path, progress=False)
+    train(tiny_config("eval.inline=false"), run.path, progress=False)
     damaged = run.checkpoint_path(run.checkpoint_steps()[1])
     truncate(damaged)
     with pytest.raises(CheckpointDamaged, match=str(damaged)):
@@ -229,7 +214,7 @@ def test_a_damaged_checkpoint_is_a_one_line_error_naming_it(tmp_path, capsys):
 # --- divergence ---------------------------------------------------------------------------------------------------
 
 def test_a_nan_loss_names_its_step_keeps_the_last_good_state_and_marks_nothing_done(tmp_path, monkeypatch):
-    cfg = tiny()
+    cfg = tiny_config()
     run = RunDir(tmp_path / "run")
     real_loss, calls = Diffusion.loss, []
 
@@ -271,7 +256,7 @@ def test_disk_full_while_saving_state_is_one_line_and_keeps_the_previous_state(t
     config = write_config(tmp_path)
     run = RunDir(tmp_path / "run")
     argv = ["train", str(config), "--out", str(run.path), "--no-progress", *sets(TINY + ["eval.inline=false"])]
-    train(tiny("eval.inline=false"), run.path, progress=False, stop_at_step=23)
+    train(tiny_config("eval.inline=false"), run.path, progress=False, stop_at_step=23)
     before = run.state_path.read_bytes()
     real_fsync = os.fsync
 
@@ -294,7 +279,7 @@ def test_disk_full_while_saving_state_is_one_line_and_keeps_the_previous_state(t
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores folder permissions")
 def test_a_read_only_run_folder_is_one_line_and_keeps_the_state(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
-    train(tiny("eval.inline=false"), run.path, progress=False, stop_at_step=23)
+    train(tiny_config("eval.inline=false"), run.path, progress=False, stop_at_step=23)
     before = run.state_path.read_bytes()
     run.path.chmod(0o555)
     try:
@@ -325,7 +310,7 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path, mo
 # --- a step evaluated before a crash is not evaluated again ------------------------------------------------------
 
 def test_a_resume_from_an_older_state_does_not_evaluate_a_step_twice(tmp_path):
-    cfg = tiny()
+    cfg = tiny_config()
     train(cfg, tmp_path / "straight", progress=False)
     run = RunDir(tmp_path / "cut")
     steps = evaluation_steps(cfg.eval.times, cfg.train.steps)
@@ -343,7 +328,7 @@ def test_a_resume_from_an_older_state_does_not_evaluate_a_step_twice(tmp_path):
 
 
 def test_a_metrics_line_cut_short_by_a_crash_is_evaluated_again_once(tmp_path):
-    cfg = tiny()
+    cfg = tiny_config()
     train(cfg, tmp_path / "straight", progress=False)
     run = RunDir(tmp_path / "cut")
     steps = evaluation_steps(cfg.eval.times, cfg.train.steps)

@@ -12,28 +12,19 @@ import pytest
 import torch
 
 from diffmem.cli import main
-from diffmem.config import SweepConfig, load_config
+from diffmem.config import SweepConfig
 from diffmem.rundir import RunDir
 from diffmem.status import (SUBMITIT_DIR, experiment_status, format_status, read_job, read_submissions,
                             run_status)
 from diffmem.sweep import ClusterOptions, RunJob, plan_sweep, render_sbatch, run_sweep
 from diffmem.train import train
+from tiny_runs import TINY_GRID, sets, tiny_config
 
-# lfw_faces at 16x16 with 36 held out leaves 64 training images: n = 80 is a grid point that must fail
-TINY = [
-    "data.source=lfw_faces", "data.image_size=16", "data.n_heldout=36",
-    "model.attention=false", "model.norm_groups=1",
-    "train.optimizer=adam", "train.lr=1e-3", "train.batch_size=4", "train.steps=20", "train.device=cpu",
-    "train.num_threads=1",
-    "eval.times=2", "eval.n_samples=8", "eval.sampler_steps=3", "eval.n_boot=20",
-    "eval.fid=false", "eval.fid_extractor=diffmem-randconv-v1", "eval.loss_n_test=8", "eval.loss_noise_draws=1",
-]
 PAPER_GRID = Path(__file__).resolve().parent.parent / "experiments" / "paper_celeba32.toml"
 
 
 def tiny(*extra):
-    cfg, _ = load_config(None, TINY + list(extra))
-    return cfg
+    return tiny_config(*extra, base=TINY_GRID)
 
 
 def model_weights(run_dir):
@@ -249,7 +240,7 @@ def test_bad_sweep_input_is_one_line_exit_2(argv, message, tmp_path, capsys, mon
     config = tmp_path / "c.toml"
     config.write_text("[sweep]\nn = [4]\n")
     argv = [str(config) if a == "CONFIG" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
-    argv += sum((["--set", s] for s in TINY), []) if argv[0] == "sweep" else []
+    argv += sets(TINY_GRID) if argv[0] == "sweep" else []
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and err.startswith(f"diffmem {argv[0]}: error:")

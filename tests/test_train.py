@@ -13,19 +13,8 @@ from diffmem.cli import main
 from diffmem.config import load_config
 from diffmem.rundir import RunDir
 from diffmem.train import RunConfigMismatch, evaluation_steps, train
+from tiny_runs import TINY, sets, tiny_config
 
-TINY = [
-    "data.source=lfw_faces", "data.image_size=16", "data.n=8", "data.n_heldout=36",
-    "model.width=8", "model.attention=false", "model.norm_groups=1",
-    "train.optimizer=adam", "train.lr=1e-3", "train.batch_size=4", "train.steps=60", "train.device=cpu",
-    "eval.times=4", "eval.n_samples=16", "eval.sampler_steps=4", "eval.n_boot=50",
-    "eval.fid_extractor=diffmem-randconv-v1", "eval.loss_n_test=16", "eval.loss_noise_draws=1",
-]
-
-
-def tiny(*extra):
-    cfg, _ = load_config(None, TINY + list(extra))
-    return cfg
 
 
 def timing_free(records):
@@ -47,7 +36,7 @@ def test_cli_train_writes_the_run_folder(tmp_path, capsys):
     args = ["train", "--no-progress", "--out", str(out)]
     cfg_path = tmp_path / "tiny.toml"
     cfg_path.write_text("")
-    assert main([args[0], str(cfg_path), *args[1:], *sum((["--set", s] for s in TINY + ["train.steps=200"]), [])]) == 0
+    assert main([args[0], str(cfg_path), *args[1:], *sets(TINY + ["train.steps=200"])]) == 0
     run = RunDir(out)
     meta = json.loads(run.config_path.read_text())
     assert meta["config"]["train"]["steps"] == 200 and meta["params"] > 0 and len(meta["dataset_sha256"]) == 64
@@ -63,13 +52,13 @@ def test_cli_train_writes_the_run_folder(tmp_path, capsys):
     assert all(run.samples_path(s).stat().st_size > 0 for s in expected)
     assert run.is_done() and run.state_path.exists()
     # a finished run is skipped
-    assert main([args[0], str(cfg_path), *args[1:], *sum((["--set", s] for s in TINY + ["train.steps=200"]), [])]) == 0
+    assert main([args[0], str(cfg_path), *args[1:], *sets(TINY + ["train.steps=200"])]) == 0
     assert "already done" in capsys.readouterr().out
     assert len(run.metrics()) == len(expected)
 
 
 def test_resume_gives_bit_identical_weights_and_metrics(tmp_path):
-    cfg = tiny()
+    cfg = tiny_config()
     train(cfg, tmp_path / "straight", progress=False)
     first = train(cfg, tmp_path / "cut", progress=False, stop_at_step=23)
     assert first.status == "interrupted" and first.step == 23
@@ -84,7 +73,7 @@ def test_resume_gives_bit_identical_weights_and_metrics(tmp_path):
 
 
 def test_full_batch_resume_is_exact_too(tmp_path):
-    cfg = tiny("train.batch_size=512", "train.optimizer=sgd", "train.lr=0.01", "eval.inline=false")
+    cfg = tiny_config("train.batch_size=512", "train.optimizer=sgd", "train.lr=0.01", "eval.inline=false")
     train(cfg, tmp_path / "a", progress=False)
     train(cfg, tmp_path / "b", progress=False, stop_at_step=7)
     train(cfg, tmp_path / "b", progress=False)
@@ -95,7 +84,7 @@ def test_full_batch_resume_is_exact_too(tmp_path):
 
 
 def test_a_changed_config_is_refused_with_the_differing_keys(tmp_path):
-    cfg = tiny("eval.inline=false")
+    cfg = tiny_config("eval.inline=false")
     train(cfg, tmp_path / "run", progress=False, stop_at_step=5)
     with pytest.raises(RunConfigMismatch, match=r"train.lr: 0.001 -> 0.002"):
         train(cfg.replace(train={"lr": 2e-3}), tmp_path / "run", progress=False)
@@ -104,7 +93,7 @@ def test_a_changed_config_is_refused_with_the_differing_keys(tmp_path):
 
 
 def test_evaluate_fills_in_missing_metrics_and_is_reproducible(tmp_path):
-    cfg = tiny("eval.inline=false")
+    cfg = tiny_config("eval.inline=false")
     train(cfg, tmp_path / "run", progress=False)
     run = RunDir(tmp_path / "run")
     assert main(["evaluate", str(run.path), "--device", "cpu"]) == 0
@@ -146,7 +135,7 @@ def test_a_signal_saves_state_exits_0_and_the_rerun_ends_bit_identical(sig, tmp_
 
 
 def test_a_finished_run_with_a_changed_config_is_refused_not_skipped(tmp_path):
-    cfg = tiny("eval.inline=false", "train.steps=5")
+    cfg = tiny_config("eval.inline=false", "train.steps=5")
     assert train(cfg, tmp_path / "run", progress=False).status == "done"
     with pytest.raises(RunConfigMismatch, match=r"train.steps: 5 -> 6"):
         train(cfg.replace(train={"steps": 6}), tmp_path / "run", progress=False)
@@ -154,7 +143,7 @@ def test_a_finished_run_with_a_changed_config_is_refused_not_skipped(tmp_path):
 
 def test_a_run_with_the_speed_switches_trains_resumes_and_evaluates(tmp_path):
     """bf16 + channels-last: the run finishes, resumes exactly, and its checkpoints load into the plain model."""
-    cfg = tiny("train.precision=bf16", "train.channels_last=true")
+    cfg = tiny_config("train.precision=bf16", "train.channels_last=true")
     train(cfg, tmp_path / "straight", progress=False)
     train(cfg, tmp_path / "cut", progress=False, stop_at_step=23)
     assert train(cfg, tmp_path / "cut", progress=False).status == "done"
