@@ -14,7 +14,8 @@ from diffmem.config import ConfigError, load_theory_config
 from diffmem.theory.constants import gaussian_equivalence
 from diffmem.theory.dynamics import evaluate_metrics, log_times, simulate_gd
 from diffmem.theory.features import build_instance
-from diffmem.theory.spectrum import mass_in, monte_carlo_spectrum, predicted_supports, predicted_tau_mem
+from diffmem.theory.spectrum import (mass_in, monte_carlo_spectrum, predicted_density, predicted_supports,
+                                     predicted_tau_mem)
 from diffmem.theory.sweep import run_theory_sweep
 from diffmem.theory.timescales import gap_rise_time
 
@@ -154,6 +155,30 @@ def test_gaussian_equivalent_spectrum_matches_real_features():
     supports = predicted_supports(gaussian_equivalence(t), p / d, n / d)
     delta_peak = supports[0]
     assert mass_in(ge_eig, delta_peak, rel=1e-9) == pytest.approx(delta_peak.weight, abs=1 / p)
+
+
+@pytest.mark.parametrize("t, psi_p, psi_n", [(0.01, 16, 4), (0.1, 8, 2), (0.1, 4, 8)])  # the last: regime II
+def test_theorem_density_predicts_the_eigenvalue_counts(t, psi_p, psi_n):
+    """The saddle-point density integrates to the fraction of Gaussian-equivalent eigenvalues in each bulk (within
+    finite-size error at d = 50) and, with the delta peak, to 1."""
+    d = 50
+    p, n = psi_p * d, psi_n * d
+    eig = build_instance(d, p, n, t, 0, test_draws=10).spectrum
+    grid = np.geomspace(eig[eig > 0].min() / 3, eig.max() * 3, 3000)
+    ge = gaussian_equivalence(t)
+    rho = predicted_density(ge, psi_p, psi_n, grid)
+    delta_mass = max(0.0, 1 - (1 + psi_n) / psi_p)
+    away = np.abs(grid / ge.s2 - 1) > 1e-2  # the delta peak: a Lorentzian of width eps_min, not integrable on a grid
+    assert np.trapezoid(rho[away], grid[away]) + delta_mass == pytest.approx(1.0, abs=2e-3)
+    sorted_eig = np.sort(eig)
+    groups = [slice(p - d, p)]  # the top d eigenvalues: rho_2
+    if psi_p > 1 + psi_n:
+        groups.append(slice(p - n - d, p - d))  # the n below them: rho_1
+    for group in groups:
+        lo, hi = sorted_eig[group][0], sorted_eig[group][-1]
+        lo_mid = 0.5 * (lo + sorted_eig[group.start - 1])  # halfway to the neighbouring eigenvalue
+        inside = (grid >= lo_mid) & (grid <= hi * 1.05)
+        assert np.trapezoid(rho[inside], grid[inside]) == pytest.approx((group.stop - group.start) / p, rel=0.03)
 
 
 def test_gap_rise_time_on_an_exponential():

@@ -1,7 +1,7 @@
 """Figures of a theory sweep, drawn from its files only (curves.csv, summary.csv, fits.json, spectrum.json).
 
 - ``spectrum``: histogram of U's eigenvalues (log bins; Gaussian-equivalent filled, real tanh features as a line)
-  with the predicted delta peak, rho_1 and rho_2 supports shaded (the paper's Fig. 4).
+  with the density of the paper's Theorem 3.1 and the asymptotic delta peak, rho_1 and rho_2 supports (Fig. 4).
 - ``loss_curves``: train (solid) and test (dashed) loss, score and memorization errors against tau, and the
   generalization loss against tau / tau_mem(predicted), one colour per psi_n, first seed (the paper's Fig. 5).
 - ``timescales``: measured tau_mem and tau_gen and the predicted tau_mem against psi_n with the fitted laws.
@@ -41,8 +41,9 @@ def _by_psi_n(rows: list[dict[str, Any]]) -> dict[float, list[dict[str, Any]]]:
 
 
 def plot_spectrum(out_dir: Path, spectrum: dict[str, Any]) -> Path:
-    fig, (ax,) = _new_figure(1, size=(5.0, 3.0))
+    fig, (ax,) = _new_figure(1, size=(7.2, 3.0))
     eig = {k: np.asarray(v, dtype=float) for k, v in spectrum["eigenvalues"].items()}
+    floor = 0.3 / max(v.size for v in eig.values())  # below one eigenvalue per bin
     positive = np.concatenate([v[v > 0] for v in eig.values()])
     bins = np.geomspace(positive.min() * 0.8, positive.max() * 1.25, 90)
     ge_eig = eig["gaussian-equivalent"]
@@ -52,6 +53,12 @@ def plot_spectrum(out_dir: Path, spectrum: dict[str, Any]) -> Path:
         mc = eig["monte-carlo"]
         ax.hist(np.clip(mc, bins[0], None), bins=bins, weights=np.full(mc.size, 1 / mc.size), histtype="step",
                 color="k", lw=0.9, label=f"tanh features, {spectrum['noise_draws']} noise draws")
+    if "density" in spectrum:  # Theorem 3.1's density as a fraction per (log) bin: rho(lambda) lambda dln(lambda)
+        grid, rho = np.asarray(spectrum["density"]["lambda"]), np.asarray(spectrum["density"]["rho"])
+        dlog = np.log(bins[1] / bins[0])
+        per_bin = rho * grid * dlog
+        ax.plot(grid, np.where(per_bin >= floor, per_bin, np.nan), color="tab:orange", lw=1.1,
+                label="Theorem 3.1 (saddle-point equations)")
     colors = {"delta": "tab:red", "rho_1": "tab:blue", "rho_2": "tab:green"}
     for s in spectrum["supports"]:
         key = s["name"].split()[0]
@@ -65,9 +72,10 @@ def plot_spectrum(out_dir: Path, spectrum: dict[str, Any]) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel(r"eigenvalue $\lambda$ of $U$")
     ax.set_ylabel("fraction of eigenvalues per bin")
+    ax.set_ylim(bottom=floor)
     ax.set_title(f"$\\psi_p$ = {spectrum['psi_p']:g}, $\\psi_n$ = {spectrum['psi_n']:g}, d = {spectrum['d']}, "
                  f"t = {spectrum['t']:g}")
-    ax.legend(loc="upper center", fontsize=6)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6)
     return _save(fig, out_dir, "spectrum").files[0]
 
 

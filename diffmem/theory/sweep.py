@@ -30,8 +30,8 @@ from diffmem.device import resolve_device
 from diffmem.theory.constants import gaussian_equivalence
 from diffmem.theory.dynamics import evaluate_metrics, log_times
 from diffmem.theory.features import METRICS, build_instance
-from diffmem.theory.spectrum import (lambda_min, mass_in, monte_carlo_spectrum, predicted_supports,
-                                     predicted_tau_gen, predicted_tau_mem)
+from diffmem.theory.spectrum import (lambda_min, mass_in, monte_carlo_spectrum, predicted_density,
+                                     predicted_supports, predicted_tau_gen, predicted_tau_mem)
 from diffmem.theory.timescales import curve_timescales
 
 SUMMARY_COLUMNS = (
@@ -133,6 +133,15 @@ def spectrum_record(cfg: TheoryConfig, device: torch.device) -> dict[str, Any]:
         "mass": {"gaussian-equivalent": {s.name: mass_in(inst.spectrum, s) for s in supports}},
         "noise_draws": cfg.spectrum_noise_draws,
     }
+    positive = inst.spectrum[inst.spectrum > 0]
+    grid = np.geomspace(positive.min() / 2, positive.max() * 2, 1200)
+    rho = predicted_density(ge, p / d, n / d, grid)
+    record["density"] = {"lambda": grid.tolist(), "rho": rho.tolist()}
+    record["mass"]["theorem 3.1"] = {
+        s.name: (s.weight if s.lo == s.hi else
+                 float(np.trapezoid(rho[(grid >= s.lo * 0.95) & (grid <= s.hi * 1.05)],
+                                    grid[(grid >= s.lo * 0.95) & (grid <= s.hi * 1.05)])))
+        for s in supports}
     if cfg.spectrum_noise_draws > 0:
         real = monte_carlo_spectrum(d, p, n, cfg.spectrum_t, cfg.seeds[0], cfg.spectrum_noise_draws, device=device)
         record["eigenvalues"]["monte-carlo"] = real.tolist()
