@@ -17,7 +17,7 @@ import contextlib
 
 import torch
 
-PRECISIONS = ("fp32", "bf16")
+from diffmem.config import TRAIN_PRECISIONS as PRECISIONS
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

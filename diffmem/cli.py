@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from diffmem import __version__
+from diffmem.config import TRAIN_PRECISIONS
 
 VERBS = {
     "prepare": "turn a local CelebA copy or image folder into one cached uint8 tensor + manifest",
@@ -153,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--adam-impl", default="default", choices=["default", "foreach", "fused", "single"],
                    help="Adam implementation (default: what training builds)")
     q.add_argument("--channels-last", action="store_true", help="channels-last memory format (train.channels_last)")
-    q.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+    q.add_argument("--precision", default="fp32", choices=TRAIN_PRECISIONS,
                    help="bf16: autocast of the U-Net forward (train.precision; default fp32)")
     q.add_argument("--compile", action="store_true", help="torch.compile the training forward (train.compile)")
     q = bench.choices["sample"]

@@ -143,6 +143,7 @@ class TheoryConfig:
 
 
 THEORY_NOISE_MODES = ("gaussian-equivalent", "monte-carlo")
+TRAIN_PRECISIONS = ("fp32", "bf16")  # train.precision (diffmem/acceleration.py)
 
 
 def validate_theory(cfg: TheoryConfig) -> None:
@@ -427,9 +428,9 @@ def validate(cfg: RunConfig) -> None:
         bad = [s for s in e.times if not 1 <= s <= t.steps]
         if not e.times or bad:
             raise ConfigError(f"eval.times lists steps {bad or '[]'} outside [1, train.steps = {t.steps}]")
-    if t.precision not in ("fp32", "bf16"):
-        raise ConfigError(f"train.precision = '{t.precision}' is unknown{_closest(t.precision, ['fp32', 'bf16'])}; "
-                          "choose fp32 or bf16")
+    if t.precision not in TRAIN_PRECISIONS:
+        raise ConfigError(f"train.precision = '{t.precision}' is unknown{_closest(t.precision, list(TRAIN_PRECISIONS))}; "
+                          "choose " + " or ".join(TRAIN_PRECISIONS))
     if t.num_threads < 0:
         raise ConfigError(f"train.num_threads = {t.num_threads} must be >= 0 (0 keeps torch's default)")
     for key, value, low in (("n_samples", e.n_samples, 2), ("sampler_steps", e.sampler_steps, 1),

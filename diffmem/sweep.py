@@ -137,19 +137,18 @@ class RunJob(Checkpointable):
         preempt = _preemption_signal()
         while True:
             result = train(self.cfg, run.path, progress=self.progress, log=_print)
-            received = set(result.signals)
             self.step = result.step
             if result.status != "interrupted":
                 return result
-            if preempt.name in received:
+            if preempt.name in result.signals:
                 if _has_python_handler(preempt):  # submitit's: checkpoint() and requeue, then exit this process
                     _print(f"{run.path.name}: {preempt.name} at step {result.step}, state saved; handing over to "
                            "submitit to requeue")
                     signal.raise_signal(preempt)
                 return result
-            if signal.SIGINT.name in received:
+            if signal.SIGINT.name in result.signals:
                 raise KeyboardInterrupt
-            if signal.SIGTERM.name in received and _has_python_handler(signal.SIGTERM):
+            if signal.SIGTERM.name in result.signals and _has_python_handler(signal.SIGTERM):
                 _print(f"{run.path.name}: SIGTERM at step {result.step}; inside a submitit job it is ignored (the "
                        f"preemption signal is {preempt.name}): continuing from state.pt")
                 continue

@@ -78,10 +78,23 @@ def predicted_tau_gen(ge: GaussianEquivalence, psi_p: float) -> float:
     return psi_p / (ge.delta * centre)
 
 
+def in_support(values: np.ndarray, support: Support, rel: float = 0.05) -> np.ndarray:
+    """Mask of the ``values`` inside ``support`` widened by ``rel`` (relative; the delta peak by rel * s2)."""
+    return (values >= support.lo * (1 - rel)) & (values <= support.hi * (1 + rel))
+
+
 def mass_in(eigenvalues: np.ndarray, support: Support, rel: float = 0.05) -> float:
-    """Fraction of ``eigenvalues`` inside ``support`` widened by ``rel`` (relative; the delta peak by rel * s2)."""
-    lo, hi = support.lo * (1 - rel), support.hi * (1 + rel)
-    return float(np.mean((eigenvalues >= lo) & (eigenvalues <= hi)))
+    """Fraction of ``eigenvalues`` inside ``support`` widened by ``rel`` (see :func:`in_support`)."""
+    return float(np.mean(in_support(eigenvalues, support, rel)))
+
+
+def density_mass_in(lambdas: np.ndarray, rho: np.ndarray, support: Support, rel: float = 0.05) -> float:
+    """The mass of ``support``: the integral of the density ``rho`` over it (trapezoid on the grid ``lambdas``,
+    widened by ``rel`` as :func:`in_support`), or its weight for the delta peak, which a grid cannot integrate."""
+    if support.lo == support.hi:
+        return support.weight
+    inside = in_support(lambdas, support, rel)
+    return float(np.trapezoid(rho[inside], lambdas[inside]))
 
 
 def predicted_density(ge: GaussianEquivalence, psi_p: float, psi_n: float, lambdas: np.ndarray, *,

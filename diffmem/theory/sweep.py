@@ -30,8 +30,8 @@ from diffmem.device import resolve_device
 from diffmem.theory.constants import gaussian_equivalence
 from diffmem.theory.dynamics import evaluate_metrics, log_times
 from diffmem.theory.features import METRICS, build_instance
-from diffmem.theory.spectrum import (lambda_min, mass_in, monte_carlo_spectrum, predicted_density,
-                                     predicted_supports, predicted_tau_gen, predicted_tau_mem)
+from diffmem.theory.spectrum import (density_mass_in, lambda_min, mass_in, monte_carlo_spectrum,
+                                     predicted_density, predicted_supports, predicted_tau_gen, predicted_tau_mem)
 from diffmem.theory.timescales import curve_timescales
 
 SUMMARY_COLUMNS = (
@@ -63,9 +63,9 @@ class TheorySummary:
 
 
 def _measured_lambda_min(eigenvalues: np.ndarray, p: int, n: int, d: int) -> float:
-    """The smallest eigenvalue above the delta peak: the (p - n - d + 1)-th smallest (regime I) or the smallest."""
-    index = max(p - n - d, 0)
-    return float(np.sort(eigenvalues)[index])
+    """The smallest eigenvalue above the delta peak of the ascending ``eigenvalues``: the (p - n - d + 1)-th
+    smallest (regime I) or the smallest."""
+    return float(eigenvalues[max(p - n - d, 0)])
 
 
 def _run_one(cfg: TheoryConfig, psi_n: float, seed: int, taus: np.ndarray,
@@ -74,8 +74,9 @@ def _run_one(cfg: TheoryConfig, psi_n: float, seed: int, taus: np.ndarray,
     d, p, n = cfg.d, round(cfg.psi_p * cfg.d), round(psi_n * cfg.d)
     inst = build_instance(d, p, n, cfg.t, seed, noise=cfg.noise, noise_draws=cfg.noise_draws,
                           test_draws=cfg.test_draws, device=device)
-    curves = evaluate_metrics(inst.basis, inst.metrics, taus)
-    limit = {k: float(v[0]) for k, v in evaluate_metrics(inst.basis, inst.metrics, np.array([np.inf])).items()}
+    with_limit = evaluate_metrics(inst.basis, inst.metrics, np.append(taus, np.inf))  # the last: tau -> inf
+    curves = {k: v[:-1] for k, v in with_limit.items()}
+    limit = {k: float(v[-1]) for k, v in with_limit.items()}
     est = curve_timescales(taus, curves, limit, cfg.gap_fraction)
     ge = inst.constants
     row: dict[str, Any] = {
@@ -137,11 +138,7 @@ def spectrum_record(cfg: TheoryConfig, device: torch.device) -> dict[str, Any]:
     grid = np.geomspace(positive.min() / 2, positive.max() * 2, 1200)
     rho = predicted_density(ge, p / d, n / d, grid)
     record["density"] = {"lambda": grid.tolist(), "rho": rho.tolist()}
-    record["mass"]["theorem 3.1"] = {
-        s.name: (s.weight if s.lo == s.hi else
-                 float(np.trapezoid(rho[(grid >= s.lo * 0.95) & (grid <= s.hi * 1.05)],
-                                    grid[(grid >= s.lo * 0.95) & (grid <= s.hi * 1.05)])))
-        for s in supports}
+    record["mass"]["theorem 3.1"] = {s.name: density_mass_in(grid, rho, s) for s in supports}
     if cfg.spectrum_noise_draws > 0:
         real = monte_carlo_spectrum(d, p, n, cfg.spectrum_t, cfg.seeds[0], cfg.spectrum_noise_draws, device=device)
         record["eigenvalues"]["monte-carlo"] = real.tolist()
