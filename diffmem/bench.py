@@ -191,12 +191,15 @@ def bench_train(width: int, image_size: int, batch: int, steps: int, device: str
 def bench_sample(width: int, image_size: int, n_samples: int = 256, sampler_steps: int = 50, device: str = "cpu",
                  attention: bool = False, batch_size: int = 1000, *, threads: int = 0, peak_matmul_n: int = 0,
                  log: Callable[[str], None] = _quiet) -> dict[str, Any]:
-    """Time ``Diffusion.sample`` (deterministic DDIM) of ``n_samples`` images from a freshly initialised model (the
+    """Time ``Diffusion.sample`` (deterministic DDIM on the official schedule: ``sampler_steps - 1`` U-Net calls per
+    image) of ``n_samples`` images from a freshly initialised model (the
     cost does not depend on the weights), after one untimed warm-up batch. Returns images_per_s, seconds,
     s_per_model_call (one U-Net forward of a batch), forward FLOPs per image and step, achieved FLOP/s and the
     utilisation against the fp32 matmul peak (``peak_matmul_n`` as in :func:`bench_train`)."""
-    _check_positive(width=width, image_size=image_size, n_samples=n_samples, sampler_steps=sampler_steps,
-                    batch_size=batch_size)
+    _check_positive(width=width, image_size=image_size, n_samples=n_samples, batch_size=batch_size)
+    if sampler_steps < 2:
+        raise BenchError(f"sampler_steps must be >= 2 (the official DDIM sequence makes steps - 1 updates), got "
+                         f"{sampler_steps}")
     dev = resolve_device(device)
     _apply_threads(threads)
     diffusion = Diffusion()
@@ -218,8 +221,9 @@ def bench_sample(width: int, image_size: int, n_samples: int = 256, sampler_step
         model(x, torch.zeros(1, dtype=torch.long, device=dev))
     flops_per_image_step = int(counter.get_total_flops())
     peak = peak_flops(dev, peak_matmul_n)["fp32"]
-    calls = -(-n_samples // batch_size) * sampler_steps
-    achieved = flops_per_image_step * n_samples * sampler_steps / seconds
+    steps_per_image = diffusion.network_calls("ddim", sampler_steps)
+    calls = -(-n_samples // batch_size) * steps_per_image
+    achieved = flops_per_image_step * n_samples * steps_per_image / seconds
     return {
         "impl": "diffmem", "width": width, "image_size": image_size, "attention": attention, "n_samples": n_samples,
         "sampler": "ddim", "sampler_steps": sampler_steps, "batch_size": batch_size, "device": str(dev),
@@ -248,7 +252,7 @@ def bench_eval(n_samples: int = 256, sampler_steps: int = 50, n: int = 64, repea
     from diffmem.data import load_images, make_splits
     from diffmem.evaluate import Evaluator
     from diffmem.rundir import RunDir
-    from diffmem.train import evaluation_steps
+    from diffmem.schedule import evaluation_steps
 
     _check_positive(n_samples=n_samples, sampler_steps=sampler_steps, n=n, repeats=repeats, train_steps=train_steps)
     _apply_threads(threads)
@@ -286,7 +290,7 @@ def bench_eval(n_samples: int = 256, sampler_steps: int = 50, n: int = 64, repea
     s_per_step = (time.perf_counter() - t0) / train_steps
 
     out: dict[str, Any] = {part: statistics.median(r[part] for r in records) for part in EVAL_PARTS}
-    steps_total = sweep.steps_per_n * n if sweep.steps_per_n > 0 else cfg.train.steps
+    steps_total = sweep.run_steps(n, cfg.train.steps)
     schedule = evaluation_steps(cfg.eval.times, steps_total)
     last_gap = schedule[-1] - schedule[-2] if len(schedule) > 1 else schedule[-1]
     out |= {"n_samples": n_samples, "sampler_steps": sampler_steps, "n_train": n, "batch": cfg.batch_size,

@@ -38,7 +38,7 @@ class DataConfig:
     n: int = 1024  # train-set size N (images)
     image_size: int = 32  # side of the square images (pixels)
     subset_index: int = 0  # which disjoint block of n training images
-    n_heldout: int = 10000  # size of the held-out pool at the end of the ordering (images)
+    n_heldout: int = 50000  # size of the held-out pool at the end of the ordering (images): 5 FID sets of 10k
     cache_dir: str | None = None  # where prepared tensors go; default $DIFFMEM_CACHE or ~/.cache/diffmem
 
 
@@ -50,9 +50,13 @@ class ModelConfig:
     channel_mult: tuple[int, ...] = (1, 2, 4)
     layers_per_block: int = 2  # ResNet blocks per level
     attention: bool = True  # 4-head self-attention at the two coarsest levels and the bottleneck
-    attention_heads: int = 4
-    norm_groups: int = 8  # GroupNorm groups; the paper uses 8 (see CPU_CALIBRATION.md for W = 8 on CPU)
+    attention_heads: int = 4  # heads of every self-attention layer (when attention_head_dim = 0)
+    attention_head_dim: int = 0  # 0: attention_heads heads at every level (official); > 0: channels per head (diffusers)
+    norm_groups: int = 8  # GroupNorm groups; the paper uses 8 (experiments/README.md for W = 8 on CPU)
     dropout: float = 0.1
+    dropout_type: str = "channel"  # "channel": nn.Dropout2d, whole feature maps (official) | "element": nn.Dropout
+    time_embedding: str = "official"  # sinusoid: "official" [sin, cos], 10000^(-k/(h-1)) | "diffusers" [cos, sin], /h
+    time_act: str = "gelu"  # activation between the two linear layers of the time-embedding MLP: "gelu" | "silu"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class DiffusionConfig:
     beta_start: float = 1e-4
     beta_end: float = 2e-2
     beta_schedule: str = "linear"
+    t_min: int = 1  # smallest DDPM step the training loss draws: t uniform in [t_min, T) (official: 1..999)
 
 
 @dataclass(frozen=True)
@@ -86,12 +91,14 @@ class TrainConfig:
 class EvalConfig:
     """What is measured at each evaluation step."""
 
-    times: int | list[int] = 40  # count of log-spaced steps in [1, train.steps], or an explicit list of steps
+    times: int | list[int] | str = "paper"  # "paper": the official code's grid; a count k: k log-spaced steps; a list
     inline: bool = True  # evaluate inside the training job (else leave it to `diffmem evaluate`)
     n_samples: int = 10000
-    sampler: str = "ddim"
-    sampler_steps: int = 100
-    clip_sample: bool = True  # DDIM clips its predicted clean image to [-1, 1]
+    sampler: str = "ddim"  # "ddim" (deterministic, eta 0) | "ddpm" (ancestral, diffusers)
+    sampler_steps: int = 100  # DDIM: points of the timestep sequence ("official": steps - 1 network calls)
+    sampler_schedule: str = "official"  # DDIM timesteps: "official" floor(linspace(0, T-1, steps)), ends at step 0 |
+    #                                     "diffusers" (DDIMScheduler "leading" spacing, last update to alpha_bar = 1)
+    clip_sample: bool = False  # clip the predicted clean image to [-1, 1] at every step (the official code does not)
     batch_size: int = 1000  # samples generated per forward batch
     seed: int = 0  # sampling seed: the same checkpoint always gives the same samples
     mem_threshold: float = 1 / 3  # memorized when d1/d2 < mem_threshold
@@ -101,7 +108,12 @@ class EvalConfig:
     loss_n_test: int = 2048  # held-out images for the test loss
     fid: bool = True
     fid_extractor: str = "auto"  # "auto" | "inception" | the offline extractor's name
-    fid_n_reference: int = 10000  # held-out images in the FID reference statistics
+    fid_n_reference: int = 10000  # held-out images per FID reference set (at most n_heldout // fid_reference_sets)
+    fid_reference_sets: int = 5  # disjoint reference sets; metrics hold the mean FID and its spread over the sets
+    fid_boot: int = 0  # bootstrap resamples of the samples for the FID's sampling noise (fid_boot_std); 0: off
+    checkpoint_ratio: float = 0.0  # > 1: also keep weights between evaluations, at most this factor apart (steps)
+    refine_ratio: float = 0.0  # > 1: after training, evaluate kept checkpoints in the tau brackets down to this factor
+    stop_f_mem: float = 0.0  # > 0: stop training once f_mem_lo >= this and tau_mem and tau_gen are measured
     fid_weights: str | None = None  # local Inception weights file (else $DIFFMEM_FID_WEIGHTS or torch's hub cache)
 
 
@@ -112,7 +124,13 @@ class SweepConfig:
     n: list[int] = field(default_factory=list)
     width: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0])
-    steps_per_n: int = 0  # > 0: each run trains for steps_per_n * n steps (budget ∝ N, as tau_mem ∝ N needs)
+    steps_per_n: int = 0  # > 0: each run trains for max(min_steps, steps_per_n * n) steps (tau_mem ∝ N needs it)
+    min_steps: int = 0  # the smallest per-run budget when steps_per_n > 0 (steps)
+
+    def run_steps(self, n: int, default: int) -> int:
+        """The training budget (optimizer steps) of a grid run with train-set size ``n``; ``default`` is
+        ``train.steps``, used when ``steps_per_n`` is 0."""
+        return max(self.min_steps, self.steps_per_n * n) if self.steps_per_n > 0 else default
 
 
 @dataclass(frozen=True)
@@ -143,6 +161,16 @@ class TheoryConfig:
 
 
 THEORY_NOISE_MODES = ("gaussian-equivalent", "monte-carlo")
+EVAL_GRIDS = ("paper",)  # named evaluation grids of eval.times (diffmem.train.evaluation_steps)
+SAMPLER_SCHEDULES = ("official", "diffusers")  # eval.sampler_schedule (diffmem.diffusion)
+MODEL_CHOICES = {"dropout_type": ("channel", "element"), "time_embedding": ("official", "diffusers"),
+                 "time_act": ("gelu", "silu")}
+
+
+def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key} = '{value}' is unknown{_closest(value, list(choices))}; choose "
+                          + " or ".join(choices))
 TRAIN_PRECISIONS = ("fp32", "bf16")  # train.precision (diffmem/acceleration.py)
 
 
@@ -355,9 +383,48 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return build_configs(merge_sections(base, list(overrides)))
 
 
+# Keys added after run folders were first written, with the value that every run folder written before them used
+# (diffmem 0.1 followed diffusers' conventions there). A stored config that lacks one of them gets this value, so an old
+# run is evaluated with the model and sampler it was trained with, and a rerun with today's defaults names the key.
+def _legacy_head_dim(model: dict[str, Any]) -> int:
+    width = model.get("width", ModelConfig.width)
+    mult = model.get("channel_mult", list(ModelConfig.channel_mult))
+    return max(1, width * mult[-1] // model.get("attention_heads", ModelConfig.attention_heads))
+
+
+LEGACY_VALUES: dict[str, dict[str, Any]] = {
+    "model": {"dropout_type": "element", "time_embedding": "diffusers", "time_act": "silu",
+              "attention_head_dim": _legacy_head_dim},
+    "diffusion": {"t_min": 0},
+    "train": {"precision": "fp32", "channels_last": False, "compile": False},
+    "eval": {"sampler_schedule": "diffusers", "fid_reference_sets": 1, "fid_boot": 0, "checkpoint_ratio": 0.0,
+             "refine_ratio": 0.0, "stop_f_mem": 0.0},
+}
+
+
+def upgrade_stored_config(d: dict[str, Any]) -> dict[str, Any]:
+    """A run folder's stored config (``RunConfig.to_dict()`` of the diffmem that wrote it) with every key it predates
+    set to the value that version used (``LEGACY_VALUES``); keys it has are kept."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()}
+    for section, keys in LEGACY_VALUES.items():
+        if section not in out:
+            continue
+        for key, value in keys.items():
+            if key not in out[section]:
+                out[section][key] = value(out[section]) if callable(value) else value
+    return out
+
+
+def legacy_keys(stored: dict[str, Any]) -> list[str]:
+    """``section.key`` of every ``LEGACY_VALUES`` key that a stored config lacks (it was written before them)."""
+    return [f"{section}.{key}" for section, keys in LEGACY_VALUES.items() if section in stored
+            for key in keys if key not in stored[section]]
+
+
 def config_from_dict(d: dict[str, Any]) -> RunConfig:
-    """Inverse of ``RunConfig.to_dict`` (reads the ``config`` stored in a run folder's config.json)."""
-    run, _ = build_configs({k: v for k, v in d.items() if k in SECTIONS})
+    """Inverse of ``RunConfig.to_dict`` (reads the ``config`` stored in a run folder's config.json, also one written
+    by an older diffmem: see ``upgrade_stored_config``)."""
+    run, _ = build_configs({k: v for k, v in upgrade_stored_config(d).items() if k in SECTIONS})
     return run
 
 
@@ -376,6 +443,8 @@ def validate_sweep(sweep: SweepConfig) -> None:
                               "remove the duplicates")
     if sweep.steps_per_n < 0:
         raise ConfigError(f"sweep.steps_per_n = {sweep.steps_per_n} must be >= 0 (0: every run uses train.steps)")
+    if sweep.min_steps < 0:
+        raise ConfigError(f"sweep.min_steps = {sweep.min_steps} must be >= 0")
 
 
 def validate(cfg: RunConfig) -> None:
@@ -404,8 +473,22 @@ def validate(cfg: RunConfig) -> None:
     if m.norm_groups < 1 or m.width % m.norm_groups:
         raise ConfigError(f"model.width = {m.width} is not a multiple of model.norm_groups = {m.norm_groups}; "
                           "pick a width like 8, 16, 32 or set model.norm_groups to a divisor of the width")
-    if m.attention and (m.width * min(m.channel_mult)) % m.attention_heads:
+    if m.attention and m.attention_head_dim == 0 and (m.width * min(m.channel_mult)) % m.attention_heads:
         raise ConfigError(f"model.width = {m.width} is not divisible by model.attention_heads = {m.attention_heads}")
+    if m.attention_head_dim < 0 or (m.attention and m.attention_head_dim
+                                    and any((m.width * c) % m.attention_head_dim for c in m.channel_mult[1:])):
+        raise ConfigError(f"model.attention_head_dim = {m.attention_head_dim} must be 0 (attention_heads heads "
+                          "everywhere) or divide the channels of every attention level")
+    for key, value in (("dropout_type", m.dropout_type), ("time_embedding", m.time_embedding),
+                       ("time_act", m.time_act)):
+        _check_choice(f"model.{key}", value, MODEL_CHOICES[key])
+    if not 0 <= cfg.diffusion.t_min < cfg.diffusion.num_train_timesteps:
+        raise ConfigError(f"diffusion.t_min = {cfg.diffusion.t_min} must be in [0, num_train_timesteps = "
+                          f"{cfg.diffusion.num_train_timesteps}) (official: 1)")
+    _check_choice("eval.sampler_schedule", e.sampler_schedule, SAMPLER_SCHEDULES)
+    if e.sampler == "ddim" and e.sampler_schedule == "official" and e.sampler_steps < 2:
+        raise ConfigError(f"eval.sampler_steps = {e.sampler_steps}: the official DDIM sequence needs >= 2 points "
+                          "(steps - 1 updates)")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError(f"model.dropout = {m.dropout} must be in [0, 1)")
     if t.optimizer not in ("sgd", "adam"):
@@ -421,7 +504,11 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"train.batch_size = {t.batch_size} must be >= 1")
     if t.device not in ("auto", "cpu", "cuda") and not t.device.startswith("cuda:"):
         raise ConfigError(f"train.device = '{t.device}' is unknown; choose auto, cpu or cuda")
-    if isinstance(e.times, int):
+    if isinstance(e.times, str):
+        if e.times not in EVAL_GRIDS:
+            raise ConfigError(f"eval.times = '{e.times}' is unknown{_closest(e.times, list(EVAL_GRIDS))}; give "
+                              "\"paper\", a count of log-spaced steps like 40, or a list of steps")
+    elif isinstance(e.times, int):
         if e.times < 1:
             raise ConfigError(f"eval.times = {e.times} must be >= 1 (a count of log-spaced steps) or a list of steps")
     else:
@@ -436,11 +523,23 @@ def validate(cfg: RunConfig) -> None:
     for key, value, low in (("n_samples", e.n_samples, 2), ("sampler_steps", e.sampler_steps, 1),
                             ("batch_size", e.batch_size, 1), ("n_boot", e.n_boot, 1),
                             ("loss_noise_draws", e.loss_noise_draws, 1), ("loss_n_test", e.loss_n_test, 1),
-                            ("fid_n_reference", e.fid_n_reference, 2)):
+                            ("fid_n_reference", e.fid_n_reference, 2), ("fid_reference_sets", e.fid_reference_sets, 1),
+                            ("fid_boot", e.fid_boot, 0)):
         if value < low:
             raise ConfigError(f"eval.{key} = {value} must be >= {low}")
     if e.sampler not in ("ddim", "ddpm"):
         raise ConfigError(f"eval.sampler = '{e.sampler}' is unknown; choose ddim or ddpm")
+    if e.fid and d.n_heldout // e.fid_reference_sets < 2:
+        raise ConfigError(f"eval.fid_reference_sets = {e.fid_reference_sets} disjoint FID reference sets need at "
+                          f"least 2 images each, but data.n_heldout = {d.n_heldout}; lower fid_reference_sets")
+    for key in ("checkpoint_ratio", "refine_ratio"):
+        if getattr(e, key) != 0 and getattr(e, key) <= 1:
+            raise ConfigError(f"eval.{key} = {getattr(e, key)} must be 0 (off) or a factor > 1, e.g. 1.25")
+    if e.refine_ratio and not 1 < e.checkpoint_ratio <= e.refine_ratio:
+        raise ConfigError(f"eval.refine_ratio = {e.refine_ratio} needs kept checkpoints at least as dense: set "
+                          f"eval.checkpoint_ratio in (1, {e.refine_ratio}], e.g. {e.refine_ratio}")
+    if not 0.0 <= e.stop_f_mem <= 1.0:
+        raise ConfigError(f"eval.stop_f_mem = {e.stop_f_mem} must be in [0, 1] (0: never stop early)")
     if not 0.0 < e.mem_threshold <= 1.0:
         raise ConfigError(f"eval.mem_threshold = {e.mem_threshold} must be in (0, 1]")
     if e.loss_t <= 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
@@ -52,12 +53,13 @@ class Diffusion:
              t: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
         """Denoising score-matching loss E ||eps_theta(x_t, t) - eps||^2 / dim.
 
-        ``t`` (B,) integer steps; uniform over [0, T) when None. ``reduction="none"`` returns one value per image (B,).
+        ``t`` (B,) integer steps; uniform over [t_min, T) when None (``diffusion.t_min``, official: 1, i.e. steps
+        1..999). ``reduction="none"`` returns one value per image (B,).
         Noise and timesteps come from ``generator`` (on x0's device) so that a run is reproducible.
         """
         b = x0.shape[0]
         if t is None:
-            t = torch.randint(0, self.num_timesteps, (b,), device=x0.device, generator=generator)
+            t = torch.randint(self.cfg.t_min, self.num_timesteps, (b,), device=x0.device, generator=generator)
         noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
         pred = model(self.add_noise(x0, noise, t), t).sample
         per_image = (pred - noise).pow(2).flatten(1).mean(1)
@@ -76,30 +78,70 @@ class Diffusion:
         sched.set_timesteps(steps)
         return sched
 
+    @staticmethod
+    def network_calls(kind: str, steps: int, schedule: str = "official") -> int:
+        """U-Net forward passes per batch of samples: ``steps - 1`` for the official DDIM sequence, else ``steps``."""
+        return steps - 1 if kind == "ddim" and schedule == "official" else steps
+
+    def official_ddim_timesteps(self, steps: int) -> list[int]:
+        """The official code's DDIM sequence: ``floor(linspace(0, T - 1, steps))`` in descending order, e.g. 999,
+        988, 978, ..., 10, 0 for T = 1000 and 100 steps (``steps - 1`` updates, one network call each)."""
+        if steps < 2:
+            raise ValueError(f"the official DDIM sequence needs >= 2 points, got {steps}")
+        return [int(t) for t in np.linspace(0, self.num_timesteps - 1, steps).astype(int)[::-1]]
+
+    def ddim_official(self, model: torch.nn.Module, x: torch.Tensor, steps: int, clip_sample: bool) -> torch.Tensor:
+        """Deterministic DDIM (eta = 0) from noise ``x`` (B, C, S, S) along ``official_ddim_timesteps(steps)``.
+
+        Each update from t to t' is x' = sqrt(ab_t') x0_hat + sqrt(1 - ab_t') eps_hat with
+        x0_hat = (x - sqrt(1 - ab_t) eps_hat) / sqrt(ab_t); the last update lands on DDPM step 0 (alpha_bar_0 =
+        1 - beta_0), not on alpha_bar = 1. ``clip_sample`` clips x0_hat to [-1, 1] and keeps eps_hat (diffusers'
+        convention). Written here rather than through diffusers' ``DDIMScheduler`` because that scheduler always
+        steps from t to t - T // steps and ends on alpha_bar = 1, so it cannot follow this sequence.
+        """
+        ab = self.alpha_bar(x.device)
+        seq = self.official_ddim_timesteps(steps)
+        for t, t_prev in zip(seq[:-1], seq[1:]):
+            eps = model(x, torch.full((x.shape[0],), t, device=x.device, dtype=torch.long)).sample
+            x0 = (x - (1 - ab[t]).sqrt() * eps) / ab[t].sqrt()
+            if clip_sample:
+                x0 = x0.clamp(-1.0, 1.0)
+            x = ab[t_prev].sqrt() * x0 + (1 - ab[t_prev]).sqrt() * eps
+        return x
+
     @torch.no_grad()
     def sample(self, model: torch.nn.Module, n: int, shape: tuple[int, ...], generator: torch.Generator,
-               kind: str = "ddim", steps: int = 100, clip_sample: bool = True, batch_size: int = 1000,
-               device: torch.device | str = "cpu") -> torch.Tensor:
+               kind: str = "ddim", steps: int = 100, clip_sample: bool = False, batch_size: int = 1000,
+               device: torch.device | str = "cpu", schedule: str = "official") -> torch.Tensor:
         """``n`` samples of shape ``shape`` = (C, S, S), in centered pixel units, returned on ``device``.
 
-        Starting noise (and DDPM's per-step noise) comes from ``generator``, so a fixed seed gives fixed samples.
-        Note: clip_sample clips the *predicted clean image* to [-1, 1] (diffusers' convention), which in centered
-        pixel units is a loose bound; it keeps DDIM from diverging on an under-trained model (CPU_CALIBRATION.md).
+        ``kind="ddim"`` with ``schedule="official"``: :meth:`ddim_official`; with ``schedule="diffusers"``:
+        diffusers' ``DDIMScheduler`` ("leading" spacing, eta 0, last update to alpha_bar = 1). ``kind="ddpm"``:
+        diffusers' ancestral ``DDPMScheduler`` over ``steps`` steps. Starting noise (and DDPM's per-step noise) comes
+        from ``generator``, so a fixed seed gives fixed samples. ``clip_sample`` clips the *predicted clean image* to
+        [-1, 1] (in centered pixel units a loose bound); it keeps DDIM from diverging on an under-trained model
+        (the demo's calibration, experiments/README.md); the official code does not clip.
         """
+        if schedule not in ("official", "diffusers"):
+            raise ValueError(f"unknown DDIM schedule '{schedule}'; choose official or diffusers")
         was_training = model.training
         model.eval()
         out = []
-        sched = self.sampler(kind, steps, clip_sample)  # stateless between batches once its timesteps are set
+        official = kind == "ddim" and schedule == "official"
+        sched = None if official else self.sampler(kind, steps, clip_sample)  # stateless once its timesteps are set
         for start in range(0, n, batch_size):
             b = min(batch_size, n - start)
             x = torch.randn((b, *shape), generator=generator, device=generator.device).to(device)
-            for t in sched.timesteps:
-                tt = torch.full((b,), int(t), device=device, dtype=torch.long)
-                eps = model(x, tt).sample
-                if kind == "ddim":
-                    x = sched.step(eps, t, x, eta=0.0).prev_sample
-                else:
-                    x = sched.step(eps, t, x, generator=generator).prev_sample
+            if official:
+                x = self.ddim_official(model, x, steps, clip_sample)
+            else:
+                for t in sched.timesteps:
+                    tt = torch.full((b,), int(t), device=device, dtype=torch.long)
+                    eps = model(x, tt).sample
+                    if kind == "ddim":
+                        x = sched.step(eps, t, x, eta=0.0).prev_sample
+                    else:
+                        x = sched.step(eps, t, x, generator=generator).prev_sample
             out.append(x)
         model.train(was_training)
         return torch.cat(out)

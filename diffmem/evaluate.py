@@ -8,6 +8,7 @@ images (``diffmem.metrics.fid``), and the train/test denoising loss at a fixed d
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,11 +22,13 @@ from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.io import append_jsonl
-from diffmem.metrics.fid import fid as compute_fid, make_reference_key
+from diffmem.metrics.fid import fid_sets, make_reference_key
 from diffmem.metrics.losses import loss_gap
 from diffmem.metrics.memorization import memorized_fraction
 from diffmem.model import build_from_config
+from diffmem.refine import refine_brackets
 from diffmem.rundir import RunDir, RunLock
+from diffmem.schedule import evaluation_steps
 
 GRID_PAIRS = 32  # samples shown in each sample grid, each above its nearest training image
 
@@ -61,10 +64,12 @@ class Evaluator:
         self.train_x = to_model(splits.train, splits.mean).to(device) if train_x is None else train_x
         self.test_x = to_model(splits.heldout[:e.loss_n_test], splits.mean).to(device)
         self.loss_step = diffusion.step_for_time(e.loss_t)
-        self.fid_reference = splits.heldout[:e.fid_n_reference]
-        n_ref = len(self.fid_reference)
-        # images [start, start + n_ref) of the source's ordering: unique for every held-out pool and size
-        self.fid_reference_key = make_reference_key(dataset_sha256, n_ref, start=splits.heldout_range[0])
+        # K disjoint blocks of the held-out pool, each of n_ref images; set k is images [start + k n_ref,
+        # start + (k + 1) n_ref) of the source's ordering, and its key names exactly that range
+        n_ref = min(e.fid_n_reference, len(splits.heldout) // e.fid_reference_sets)
+        self.fid_references = [splits.heldout[k * n_ref:(k + 1) * n_ref] for k in range(e.fid_reference_sets)]
+        self.fid_reference_keys = [make_reference_key(dataset_sha256, n_ref, start=splits.heldout_range[0] + k * n_ref)
+                                   for k in range(e.fid_reference_sets)]
         self.fid_cache = default_cache_dir(cfg.data.cache_dir) / "fid_stats"
         self.fid_extractor = self._run_fid_extractor()
         self.shape = tuple(splits.train.shape[1:])
@@ -78,8 +83,12 @@ class Evaluator:
         used = [r["fid_extractor"] for r in self.run.metrics() if r.get("fid_extractor")]
         return used[-1] if used else "auto"
 
-    def evaluate(self, model: torch.nn.Module, step: int, train_s: float | None = None) -> dict[str, Any]:
-        """Measure ``model`` (the weights at training step ``step``), append the record, return it."""
+    def evaluate(self, model: torch.nn.Module, step: int, train_s: float | None = None,
+                 annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Measure ``model`` (the weights at training step ``step``), append the record, return it.
+
+        ``annotate(record)`` may return extra keys that are added to the record before it is appended (the training
+        loop's early stop)."""
         e = self.cfg.eval
         fork_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):  # evaluation never moves the training RNG
@@ -87,18 +96,24 @@ class Evaluator:
             generator = torch.Generator(device="cpu").manual_seed(e.seed)
             samples = self.diffusion.sample(model, e.n_samples, self.shape, generator, kind=e.sampler,
                                             steps=e.sampler_steps, clip_sample=e.clip_sample,
-                                            batch_size=e.batch_size, device=self.device)
+                                            batch_size=e.batch_size, device=self.device,
+                                            schedule=e.sampler_schedule)
             t1 = time.perf_counter()
             mem = memorized_fraction(samples, self.train_x, threshold=e.mem_threshold, n_boot=e.n_boot, seed=e.seed)
             t2 = time.perf_counter()
-            fid_value = fid_extractor = fid_reference = None
+            fid_value = fid_std = fid_boot_std = fid_values = fid_extractor = fid_reference = None
             if e.fid:
-                result = compute_fid(to_uint8(samples, self.splits.mean.to(samples.device)).cpu(),
-                                     self.fid_reference, reference_key=self.fid_reference_key,
-                                     cache_dir=self.fid_cache, extractor=self.fid_extractor, weights=e.fid_weights,
-                                     device=str(self.device))
-                fid_value, fid_extractor, fid_reference = result.value, result.extractor, result.reference
-                self.fid_extractor = result.extractor
+                results = fid_sets(to_uint8(samples, self.splits.mean.to(samples.device)).cpu(),
+                                   self.fid_references, self.fid_reference_keys, cache_dir=self.fid_cache,
+                                   extractor=self.fid_extractor, weights=e.fid_weights, device=str(self.device),
+                                   n_boot=e.fid_boot, seed=e.seed)
+                fid_values = [r.value for r in results]
+                fid_value = statistics.fmean(fid_values)
+                fid_std = statistics.stdev(fid_values) if len(fid_values) > 1 else None
+                if e.fid_boot > 1:  # the mean over the sets, per resample of the samples
+                    fid_boot_std = statistics.stdev(statistics.fmean(v) for v in zip(*(r.boot for r in results)))
+                fid_extractor, fid_reference = results[0].extractor, ",".join(r.reference for r in results)
+                self.fid_extractor = fid_extractor
             t3 = time.perf_counter()
             train_loss, test_loss = loss_gap(model, self.diffusion, self.train_x, self.test_x, self.loss_step,
                                              draws=e.loss_noise_draws, seed=e.seed)
@@ -110,11 +125,16 @@ class Evaluator:
             "n_samples": e.n_samples,
             "sampler": e.sampler,
             "sampler_steps": e.sampler_steps,
+            "sampler_schedule": e.sampler_schedule,
+            "clip_sample": e.clip_sample,
             "f_mem": mem.fraction,
             "f_mem_lo": mem.lo,
             "f_mem_hi": mem.hi,
             "mem_threshold": e.mem_threshold,
             "fid": fid_value,
+            "fid_std": fid_std,
+            "fid_boot_std": fid_boot_std,
+            "fid_sets": fid_values,
             "fid_extractor": fid_extractor,
             "fid_reference": fid_reference,
             "train_loss": train_loss,
@@ -128,6 +148,8 @@ class Evaluator:
             "loss_s": round(t4 - t3, 3),
             "wall_s": round(time.perf_counter() - t0, 3),
         }
+        if annotate is not None:
+            record |= annotate(record)
         append_jsonl(self.run.metrics_path, record)
         fid_text = "off" if fid_value is None else f"{fid_value:.2f}"
         self.log(f"{self.run.path.name} step {step}: f_mem {mem.fraction:.3f} [{mem.lo:.3f}, {mem.hi:.3f}]  "
@@ -140,16 +162,19 @@ class Evaluator:
         Leaves every RNG as it found it (a resumed training run stays bit-identical). A damaged checkpoint is a
         one-line CheckpointDamaged naming the file.
         """
-        missing = sorted(set(self.run.checkpoint_steps()) - self.run.evaluated_steps())
-        if not missing:
-            return []
+        planned = set(evaluation_steps(self.cfg.eval.times, self.cfg.train.steps))
+        missing = sorted((set(self.run.checkpoint_steps()) & planned) - self.run.evaluated_steps())
+        for step in missing:
+            self.evaluate_checkpoint(step)
+        return missing
+
+    def evaluate_checkpoint(self, step: int) -> dict[str, Any]:
+        """Evaluate the saved weights of ``step`` (``checkpoints/step_*.pt``); every RNG is left as it was."""
         fork_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):  # building the model draws initial weights
             model = build_from_config(self.cfg.model, self.cfg.data.image_size).to(self.device)
-            for step in missing:
-                model.load_state_dict(load_checkpoint(self.run.checkpoint_path(step), self.device))
-                self.evaluate(model, step)
-        return missing
+            model.load_state_dict(load_checkpoint(self.run.checkpoint_path(step), self.device))
+            return self.evaluate(model, step)
 
     def _save_grid(self, samples: torch.Tensor, idx1: torch.Tensor, memorized: torch.Tensor, step: int) -> None:
         """Save ``samples/step_XXXXXXXXX.png``: rows of samples above their nearest training images; memorized
@@ -200,6 +225,8 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
     with RunLock(run):  # never two processes appending to one metrics.jsonl
         evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
         done = evaluator.fill_missing()
+        if cfg.eval.refine_ratio and run.is_done():
+            done += refine_brackets(evaluator, run, cfg.eval.refine_ratio)
     if not done:
         log(f"{run.path}: every checkpoint already has a metrics line")
     return done

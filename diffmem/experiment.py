@@ -22,14 +22,15 @@ class PlannedRun:
 
 def expand_grid(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path) -> list[PlannedRun]:
     """Every (n, width, seed) of the sweep as a run under ``experiment_dir``; an empty list in the sweep keeps the
-    base config's value. With ``sweep.steps_per_n > 0`` a run trains for ``steps_per_n * n`` steps.
+    base config's value. A run trains for ``sweep.run_steps(n, train.steps)`` steps
+    (``max(min_steps, steps_per_n * n)`` when ``steps_per_n > 0``).
     Runs are ordered by width, then n, then seed."""
     ns = sweep.n or [base.data.n]
     widths = sweep.width or [base.model.width]
     seeds = sweep.seeds or [base.train.seed]
     runs = []
     for width, n, seed in product(widths, ns, seeds):
-        train = {"seed": seed} | ({"steps": sweep.steps_per_n * n} if sweep.steps_per_n > 0 else {})
+        train = {"seed": seed, "steps": sweep.run_steps(n, base.train.steps)}
         cfg = base.replace(data={"n": n}, model={"width": width}, train=train)
         name = run_name(cfg)
         runs.append(PlannedRun(name, cfg, Path(experiment_dir) / name))

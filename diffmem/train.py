@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 import diffmem
-from diffmem.config import ConfigError, RunConfig, config_diff
+from diffmem.config import ConfigError, RunConfig, config_diff, legacy_keys, upgrade_stored_config
 from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
@@ -41,6 +41,8 @@ from diffmem.metrics.fid import resolve_extractor
 from diffmem.io import atomic_torch_save, atomic_write_json, atomic_write_text
 from diffmem.acceleration import autocast, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
+from diffmem.refine import refine_brackets, stop_reason
+from diffmem.schedule import evaluation_steps, kept_steps
 from diffmem.rundir import RunDir, RunLock
 
 
@@ -65,22 +67,6 @@ class TrainResult:
     step: int  # optimizer steps completed
     run_dir: Path
     signals: tuple[str, ...] = ()  # names of the signals that interrupted it, in arrival order ("SIGUSR2", ...)
-
-
-def evaluation_steps(times: int | list[int], total_steps: int) -> list[int]:
-    """The training steps at which a run is checkpointed and evaluated, ascending, unique, in [1, total_steps].
-
-    An int ``k`` gives k steps log-spaced between 1 and total_steps, rounded to integers (duplicates after rounding
-    are merged, so small runs get fewer); the last step is always included. A list is used as given.
-    """
-    if isinstance(times, int):
-        if times == 1:
-            return [total_steps]
-        grid = np.unique(np.round(np.logspace(0, np.log10(total_steps), times)).astype(int))
-        steps = sorted(set(grid.tolist()) | {total_steps})
-    else:
-        steps = sorted(set(int(s) for s in times))
-    return [s for s in steps if 1 <= s <= total_steps]
 
 
 def build_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
@@ -190,13 +176,22 @@ def check_same_config(cfg: RunConfig, run: RunDir, dataset_sha256: str | None = 
     if not run.config_path.exists():
         return False
     stored = json.loads(run.config_path.read_text())
-    diffs = config_diff(stored.get("config", {}), cfg.to_dict())
+    old = upgrade_stored_config(stored.get("config", {}))
+    diffs = config_diff(old, cfg.to_dict())
     if dataset_sha256 is not None and stored.get("dataset_sha256") != dataset_sha256:
         diffs.append(f"dataset sha256: {stored.get('dataset_sha256')} -> {dataset_sha256}")
     if diffs:
-        raise RunConfigMismatch(f"{run.path} holds a run with a different config ({'; '.join(diffs)}); "
-                                "use another --out folder or the same config")
+        flags = [f"--set {k}={json.dumps(_get(old, k))}" for k in legacy_keys(stored.get("config", {}))
+                 if any(d.startswith(k + ":") for d in diffs)]
+        hint = ("use another --out folder or the same config" if not flags else
+                "the folder was written by an older diffmem; to continue it as it was trained add " + " ".join(flags))
+        raise RunConfigMismatch(f"{run.path} holds a run with a different config ({'; '.join(diffs)}); {hint}")
     return True
+
+
+def _get(config: dict[str, Any], key: str) -> Any:
+    section, name = key.split(".")
+    return config[section][name]
 
 
 def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
@@ -320,7 +315,12 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     if saved_step[0] is None:  # a new run: its step-0 state marks the folder as started (see load_resume_state)
         save_state()
 
-    eval_steps = [s for s in evaluation_steps(cfg.eval.times, cfg.train.steps) if s > step]
+    all_eval_steps = evaluation_steps(cfg.eval.times, cfg.train.steps)
+    eval_steps = [s for s in all_eval_steps if s > step]
+    keep = set(kept_steps(all_eval_steps, cfg.eval.checkpoint_ratio))
+    stopped = next((r["stop"] for r in run.metrics() if r.get("stop")), None)  # an early stop a crash left behind
+    if stopped:
+        eval_steps = []
     stop: list[str] = []
     model.train()
     # losses of the steps since the last check, (LOSS_CHECK_EVERY,) on the device: no host sync per step
@@ -344,25 +344,32 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
         lock.check()
 
     with _stop_on_signals(stop), bar:
-        while step < cfg.train.steps:
+        while step < cfg.train.steps and not stopped:
             window[window_n] = training_step(stepper, diffusion, optimizer, batcher, train_x, generator,
                                              cfg.train.precision)
             step += 1
             window_n += 1
             bar.update(1)
             at_eval = bool(eval_steps) and step == eval_steps[0]
-            if at_eval or window_n == LOSS_CHECK_EVERY:
+            if at_eval or window_n == LOSS_CHECK_EVERY or step in keep:
                 check_losses()
+            if step in keep:  # weights only, for refining a bracket after training (diffmem.refine)
+                atomic_torch_save(run.checkpoint_path(step), {"step": step, "model": model.state_dict()})
             if at_eval:
                 eval_steps.pop(0)
                 atomic_torch_save(run.checkpoint_path(step), {"step": step, "model": model.state_dict()})
                 save_state()
                 if evaluator is not None and step not in evaluated:  # a rerun may have evaluated it already
                     e0 = time.perf_counter()
-                    evaluator.evaluate(model, step, train_s=round(train_seconds(), 3))
+                    record = evaluator.evaluate(model, step, train_s=round(train_seconds(), 3),
+                                                annotate=lambda r: _stop_annotation(run, r, cfg.eval.stop_f_mem))
                     evaluated.add(step)
                     eval_seconds += time.perf_counter() - e0
                     model.train()
+                    stopped = record.get("stop")
+                    if stopped:
+                        log(f"{run.path}: stopping early at step {step}: {stopped}")
+                        break
             if stop or (stop_at_step is not None and step >= stop_at_step and step < cfg.train.steps):
                 check_losses()
                 save_state()
@@ -371,10 +378,20 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
                 return TrainResult("interrupted", step, run.path, signals=tuple(stop))
     check_losses()
     save_state()
+    if evaluator is not None and cfg.eval.refine_ratio:
+        for refined in refine_brackets(evaluator, run, cfg.eval.refine_ratio):
+            log(f"{run.path}: refined a bracket with the kept checkpoint of step {refined}")
     atomic_write_text(run.done_path, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-                      + f"\nsteps {step}\ntrain_s {train_seconds():.1f}\n")
-    log(f"{run.path}: done, {step} steps")
+                      + f"\nsteps {step}\ntrain_s {train_seconds():.1f}\n"
+                      + (f"stopped early: {stopped}\n" if stopped else ""))
+    log(f"{run.path}: done, {step} steps" + (" (stopped early)" if stopped else ""))
     return TrainResult("done", step, run.path)
+
+
+def _stop_annotation(run: RunDir, record: dict[str, Any], stop_f_mem: float) -> dict[str, Any]:
+    """``{"stop": reason}`` for the record of an evaluation after which training stops (:func:`stop_reason`)."""
+    reason = stop_reason(run.metrics() + [record], stop_f_mem) if stop_f_mem > 0 else None
+    return {"stop": reason} if reason else {}
 
 
 def load_state(path: Path) -> dict[str, Any]:

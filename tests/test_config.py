@@ -15,7 +15,11 @@ def test_defaults_are_the_papers_protocol():
     assert (cfg.train.optimizer, cfg.train.lr, cfg.train.momentum, cfg.train.batch_size) == ("sgd", 0.01, 0.95, 512)
     assert (cfg.data.image_size, cfg.model.channel_mult, cfg.model.norm_groups, cfg.model.dropout) == (32, (1, 2, 4), 8, 0.1)
     assert (cfg.diffusion.num_train_timesteps, cfg.diffusion.beta_start, cfg.diffusion.beta_end) == (1000, 1e-4, 2e-2)
-    assert (cfg.eval.n_samples, cfg.eval.sampler_steps, cfg.eval.mem_threshold, cfg.eval.times) == (10000, 100, 1 / 3, 40)
+    assert (cfg.eval.n_samples, cfg.eval.sampler_steps, cfg.eval.mem_threshold, cfg.eval.times) == (10000, 100, 1 / 3,
+                                                                                                     "paper")
+    assert (cfg.eval.sampler_schedule, cfg.eval.clip_sample, cfg.eval.fid_reference_sets) == ("official", False, 5)
+    assert (cfg.model.dropout_type, cfg.model.time_embedding, cfg.model.time_act, cfg.diffusion.t_min) == (
+        "channel", "official", "gelu", 1)
 
 
 def test_effective_batch_is_min_of_batch_and_n(tmp_path):

@@ -27,7 +27,8 @@ from diffmem.diffusion import Diffusion
 from diffmem.evaluate import CheckpointDamaged, evaluate_run
 from diffmem.io import WriteFailed, atomic_torch_save
 from diffmem.rundir import RunDir, RunLock, RunLocked
-from diffmem.train import StateDamaged, TrainingDiverged, evaluation_steps, train
+from diffmem.schedule import evaluation_steps
+from diffmem.train import StateDamaged, TrainingDiverged, train
 from diffmem.status import run_status
 from tiny_runs import TINY, sets, tiny_config
 

@@ -128,6 +128,32 @@ def test_tau_gen_with_noise_stays_near_the_plateau_and_brackets_it():
     assert max(errors) < 3 * step and np.median(errors) < step / 2
 
 
+def _rising_after(fid: np.ndarray, rise_at: float, rise: float = 0.5) -> np.ndarray:
+    """Quality worsens again after ``rise_at``: the FID grows by ``rise`` x its plateau per decade."""
+    return fid * (1 + rise * np.maximum(0.0, np.log10(STEPS / rise_at)))
+
+
+@pytest.mark.parametrize("rise_at", [1.2e5, 2e5, 3e5])
+def test_tau_gen_is_not_pulled_earlier_when_quality_worsens_after_the_plateau(rise_at):
+    # a plateau reached at 1e5; before the fix a rise from 2e5 on was read as 7.5e4, outside the bracket of 1e5
+    bracket = STEPS[np.searchsorted(STEPS, 1e5) - 1], STEPS[np.searchsorted(STEPS, 1e5)]
+    clean = tau_gen(STEPS, _rising_after(_fid_curve(1e5), rise_at))
+    assert bracket[0] < clean.value <= bracket[1] and not clean.censored
+    errors = [abs(math.log10(tau_gen(STEPS, _rising_after(_fid_curve(1e5, noise=0.03, seed=seed), rise_at)).value
+                             / 1e5)) for seed in range(20)]
+    step = math.log10(STEPS[-1] / STEPS[-2])
+    assert max(errors) < step / 2 and np.median(errors) < step / 3
+
+
+def test_tau_gen_carries_the_metrics_own_sampling_noise():
+    fid = _fid_curve(1e4)
+    quiet = tau_gen(STEPS, fid, se=np.full(STEPS.size, 0.01))
+    noisy = tau_gen(STEPS, fid, se=np.full(STEPS.size, 3.0))  # 10% of the plateau: a band of 30%
+    assert quiet.value == pytest.approx(tau_gen(STEPS, fid).value)
+    assert noisy.value < quiet.value and noisy.lo <= quiet.lo and noisy.hi >= quiet.hi
+    assert "sigma 3" in noisy.rule
+
+
 def test_tau_gen_missing_fid_gives_none_not_an_exception():
     assert tau_gen(STEPS, [None] * STEPS.size).value is None
     assert tau_gen([1.0], [40.0]).value is None

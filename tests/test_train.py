@@ -12,7 +12,8 @@ import torch
 from diffmem.cli import main
 from diffmem.config import load_config
 from diffmem.rundir import RunDir
-from diffmem.train import RunConfigMismatch, evaluation_steps, train
+from diffmem.schedule import evaluation_steps
+from diffmem.train import RunConfigMismatch, train
 from tiny_runs import TINY, sets, tiny_config
 
 

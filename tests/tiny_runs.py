@@ -8,7 +8,8 @@ from __future__ import annotations
 from diffmem.config import RunConfig, load_config
 
 _TINY_MODEL = ["model.width=8", "model.attention=false", "model.norm_groups=1"]
-_TINY_EVAL = ["eval.fid_extractor=diffmem-randconv-v1", "eval.loss_noise_draws=1"]
+_TINY_EVAL = ["eval.fid_extractor=diffmem-randconv-v1", "eval.loss_noise_draws=1", "eval.fid_reference_sets=1",
+              "eval.clip_sample=true"]
 
 TINY = [
     "data.source=lfw_faces", "data.image_size=16", "data.n=8", "data.n_heldout=36", *_TINY_MODEL,

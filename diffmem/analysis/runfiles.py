@@ -48,6 +48,7 @@ class RunRecord:
     width: int
     seed: int
     params: int | None
+    batch: int  # the effective batch, min(train.batch_size, n) (images per optimizer step)
     planned_steps: int | None
     mem_threshold: float | None
     done: bool
@@ -139,10 +140,13 @@ def read_run(run_dir: str | Path) -> RunRecord:
     if not isinstance(cfg, dict):
         raise RunFolderError(f"{config_path} has no 'config' object; rewrite it with `diffmem train`")
     params = meta.get("params")
+    n = int(_config_value(cfg, "data", "n", config_path, True))
+    batch = meta.get("batch_size") or min(int(_config_value(cfg, "train", "batch_size", config_path, False) or n), n)
     return RunRecord(
         name=run_dir.name,
         path=run_dir,
-        n=int(_config_value(cfg, "data", "n", config_path, True)),
+        n=n,
+        batch=int(batch),
         width=int(_config_value(cfg, "model", "width", config_path, True)),
         seed=int(_config_value(cfg, "train", "seed", config_path, False) or 0),
         params=int(params) if isinstance(params, (int, float)) else None,

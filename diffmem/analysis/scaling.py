@@ -38,10 +38,14 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "tau_gap", "min_fid", "final_f_mem",
     # extras after the contract's columns
     "state", "fid_extractor", "tau_gen_censored", "tau_gap_censored", "n_evals", "planned_steps",
+    "batch", "tau_mem_epochs", "tau_mem_epochs_lo", "tau_mem_epochs_hi", "tau_gen_epochs",
 )
-"""Columns of summary.csv, in order. ``steps`` is the last evaluated step; ``planned_steps`` is train.steps."""
+"""Columns of summary.csv, in order. ``steps`` is the last evaluated step; ``planned_steps`` is train.steps;
+``batch`` the effective batch; ``*_epochs`` the same timescale in passes over the train set (steps x batch / n)."""
 
 FIT_NAMES: tuple[str, ...] = ("tau_mem_vs_n", "tau_gen_vs_n", "tau_gen_vs_width", "tau_mem_vs_n_over_width")
+EXTRA_FIT_NAMES: tuple[str, ...] = ("tau_mem_epochs_vs_n", "tau_mem_vs_width")
+"""Fits added after fits.json files were first written; loaded when present."""
 
 
 class AnalysisError(ValueError):
@@ -59,6 +63,7 @@ class RunSummary:
     width: int
     params: int | None
     seed: int
+    batch: int
     steps: float | None
     state: str
     n_evals: int
@@ -82,16 +87,23 @@ class RunSummary:
             "state": self.state, "fid_extractor": self.fid_extractor,
             "tau_gen_censored": self.tau_gen.censored, "tau_gap_censored": self.tau_gap.censored,
             "n_evals": self.n_evals, "planned_steps": self.planned_steps,
+            "batch": self.batch, "tau_mem_epochs": self.tau_mem_epochs.value, "tau_mem_epochs_lo": self.tau_mem_epochs.lo,
+            "tau_mem_epochs_hi": self.tau_mem_epochs.hi, "tau_gen_epochs": self.tau_gen_epochs.value,
         }
 
+    def _in_epochs(self, est: Estimate) -> Estimate:
+        """The same estimate in epochs (passes over the train set): steps x batch / n."""
+        f = self.batch / self.n
+        scale = lambda v: None if v is None else v * f  # noqa: E731
+        return Estimate(scale(est.value), scale(est.lo), scale(est.hi), est.censored, f"{est.rule}; x batch / n")
 
-def _guarded(name: str, run: str, compute) -> Estimate:
-    """Run an estimator; bad per-run data becomes a missing estimate with a warning, not a failed analysis."""
-    try:
-        return compute()
-    except TimescaleInputError as e:
-        warnings.warn(f"run {run}: {name} not estimated: {e}", stacklevel=3)
-        return Estimate(None, None, None, False, str(e))
+    @property
+    def tau_mem_epochs(self) -> Estimate:
+        return self._in_epochs(self.tau_mem)
+
+    @property
+    def tau_gen_epochs(self) -> Estimate:
+        return self._in_epochs(self.tau_gen)
 
 
 def summarize_run(record: RunRecord) -> RunSummary:
@@ -99,17 +111,16 @@ def summarize_run(record: RunRecord) -> RunSummary:
     steps = record.steps
     f_mem = record.series("f_mem")
     fid = record.series("fid")
-    n_samples = record.series("n_samples")
-    tau_mem = _guarded("tau_mem", record.name, lambda: timescales.tau_mem(
-        steps, f_mem, record.series("f_mem_lo"), record.series("f_mem_hi"),
-        n_samples=n_samples if np.isfinite(n_samples).all() else None))
-    tau_gen = _guarded("tau_gen", record.name, lambda: timescales.tau_gen(steps, fid))
-    tau_gap = _guarded("tau_gap", record.name, lambda: timescales.tau_gap(
-        steps, record.series("train_loss"), record.series("test_loss")))
+    try:
+        estimates = timescales.estimate_run(record.evaluations)
+    except TimescaleInputError as e:  # bad per-run data: missing estimates with a warning, not a failed analysis
+        warnings.warn(f"run {record.name}: timescales not estimated: {e}", stacklevel=2)
+        estimates = {name: Estimate(None, None, None, False, str(e)) for name in ("tau_mem", "tau_gen", "tau_gap")}
+    tau_mem, tau_gen, tau_gap = estimates["tau_mem"], estimates["tau_gen"], estimates["tau_gap"]
     finite_fid = fid[np.isfinite(fid)]
     finite_f = f_mem[np.isfinite(f_mem)]
     return RunSummary(
-        run=record.name, n=record.n, width=record.width, params=record.params, seed=record.seed,
+        run=record.name, n=record.n, width=record.width, params=record.params, seed=record.seed, batch=record.batch,
         steps=float(steps[-1]) if steps.size else None, state=record.state, n_evals=int(steps.size),
         planned_steps=record.planned_steps, fid_extractor=record.last_value("fid_extractor"),
         min_fid=float(finite_fid.min()) if finite_fid.size else None,
@@ -360,6 +371,10 @@ def fit_all(runs: Sequence[RunSummary], *, n_boot: int = 2000, seed: int = 0) ->
                                    by("n", "tau_gen", "width", w_of), "n"),
         "tau_mem_vs_n_over_width": FitSet(_fit(runs, "tau_mem", "n_over_width", lambda r: r.n / r.width,
                                                n_boot, seed)),
+        "tau_mem_epochs_vs_n": FitSet(_fit(runs, "tau_mem_epochs", "n", n_of, n_boot, seed),
+                                      by("width", "tau_mem_epochs", "n", n_of), "width"),
+        "tau_mem_vs_width": FitSet(_fit(runs, "tau_mem", "width", w_of, n_boot, seed),
+                                   by("n", "tau_mem", "width", w_of), "n"),
     }
 
 
@@ -372,7 +387,7 @@ def load_fits(path: str | Path) -> dict[str, FitSet]:
     missing = [name for name in FIT_NAMES if name not in data]
     if missing:
         raise AnalysisError(f"{path} lacks {', '.join(missing)}; rerun `diffmem analyze` with this version")
-    return {name: FitSet.from_dict(data[name]) for name in FIT_NAMES}
+    return {name: FitSet.from_dict(data[name]) for name in FIT_NAMES + EXTRA_FIT_NAMES if name in data}
 
 
 # --- the whole experiment -------------------------------------------------------------------------------------------

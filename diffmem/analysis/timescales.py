@@ -30,15 +30,18 @@ Definitions (the README copies them):
 - **tau_gen** (:func:`tau_gen`). FID (or FD) reaches its plateau. Let ``m`` be the minimum, made robust to a single
   low outlier: the mean of the 3 lowest values over the evaluations (of all values when fewer). The plateau band is
   ``m + band`` with ``band = max(rtol * |m|, z * sigma)`` (defaults rtol = 0.05, z = 3: the lowest values of a noisy
-  plateau lie 1.5 to 2 sigma below its level, so the band must reach past that), where ``sigma`` is the scatter of
-  the plateau, ``1.4826 * MAD`` (median absolute deviation from the median) of the evaluations from the first one
-  inside the band to the last (0 with fewer than 3; a slow drift of the plateau widens it, which errs towards an
-  earlier tau_gen, never a later one). Since the band and its first evaluation depend on each other, they are found
+  plateau lie 1.5 to 2 sigma below its level, so the band must reach past that), where ``sigma`` is the noise of
+  the plateau: the larger of the metric's own sampling noise (the median of the per-evaluation standard errors
+  ``se`` over the plateau, when given, e.g. from a bootstrap over samples) and the scatter of the plateau's
+  neighbour differences, ``1.4826 * MAD(diff) / sqrt 2`` (0 with fewer than 3 evaluations; a slow drift of the
+  plateau does not inflate it). The plateau runs from the first evaluation inside the band through the minimum and
+  on while the curve stays inside the band; a later rise (quality often worsens once the model memorizes) ends it
+  and is not counted as noise, so it cannot widen the band and pull tau_gen earlier. Since the band and its first evaluation depend on each other, they are found
   by iteration from ``band = rtol * |m|`` until the first evaluation inside the band no longer moves (at most 10
   rounds). tau_gen is the step at which the FID curve, linear in log time between evaluations, first falls to
   ``m + band``. Interval: at least the bracket of evaluations around that crossing (the last one above the band, the
   first one inside it: the grid cannot place the plateau's start more finely), widened by the same crossing for the
-  per-evaluation bounds (``fid -/+ z * sigma`` unless ``lo``/``hi`` are passed): ``lo`` = the earlier of the
+  per-evaluation bounds (``fid -/+ z * max(se_i, sigma)`` unless ``lo``/``hi`` are passed): ``lo`` = the earlier of the
   bracket's start and the step where the lower bound first reaches the band, ``hi`` = the later of the bracket's end
   and the step where the upper bound does (None if it never does). When fewer than 3 evaluations lie from that first
   evaluation to the last, the plateau is not confirmed (FID may still fall): censored, value = lo = the crossing,
@@ -198,20 +201,33 @@ def tau_mem(steps: Sequence[float], f_mem: Sequence[float | None], lo: Sequence[
 
 # --- tau_gen --------------------------------------------------------------------------------------------------------
 
-def _plateau_noise(y: np.ndarray, start: int) -> float:
-    """Robust scatter (1.4826 * MAD) of ``y`` over the evaluations from ``start`` on; 0 with fewer than 3."""
-    part = y[start:]
-    if part.size < 3:
+def _plateau(y: np.ndarray, start: int, level: float) -> slice:
+    """The plateau: the evaluations from ``start`` through the lowest value after it, and on while the curve stays
+    at or below ``level``; it ends before the first evaluation after the minimum that rises above ``level`` (a
+    late rise of the curve is not plateau noise)."""
+    end = start + int(np.argmin(y[start:])) + 1
+    while end < y.size and y[end] <= level:
+        end += 1
+    return slice(start, end)
+
+
+def _plateau_noise(y: np.ndarray, part: slice) -> float:
+    """Robust scatter of ``y`` over the plateau ``part`` from its neighbour differences, 1.4826 * MAD(diff) / sqrt 2
+    (a slow drift of the plateau does not inflate it); 0 with fewer than 3 evaluations."""
+    d = np.diff(y[part])
+    if d.size < 2:
         return 0.0
-    return float(1.4826 * np.median(np.abs(part - np.median(part))))
+    return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2.0))
 
 
 def tau_gen(steps: Sequence[float], fid: Sequence[float | None], lo: Sequence[float | None] | None = None,
-            hi: Sequence[float | None] | None = None, *, rtol: float = 0.05, z: float = 3.0) -> Estimate:
+            hi: Sequence[float | None] | None = None, *, se: Sequence[float | None] | None = None,
+            rtol: float = 0.05, z: float = 3.0) -> Estimate:
     """The step at which FID (or FD) reaches its plateau (see the module docstring for the exact rule).
 
-    ``fid``: one value per evaluation (None where not recorded). ``lo``/``hi``: optional per-evaluation bounds of
-    the FID (e.g. from several reference sets); by default ``fid -/+ z * sigma``.
+    ``fid``: one value per evaluation (None where not recorded). ``se``: optional per-evaluation standard errors of
+    the FID (its sampling noise). ``lo``/``hi``: optional per-evaluation bounds; by default
+    ``fid -/+ z * max(se, sigma)``.
     """
     if rtol < 0 or z < 0:
         raise TimescaleInputError("tau_gen needs rtol >= 0 and z >= 0")
@@ -219,23 +235,26 @@ def tau_gen(steps: Sequence[float], fid: Sequence[float | None], lo: Sequence[fl
     y = _as_float_array(fid, s.size, "fid")
     y_lo = _as_float_array(lo, s.size, "lo")
     y_hi = _as_float_array(hi, s.size, "hi")
+    y_se = _as_float_array(se, s.size, "se")
     keep = np.isfinite(y)
     if keep.sum() < 2:
         return Estimate(None, None, None, False, "fewer than 2 FID evaluations")
-    s, y, y_lo, y_hi = s[keep], y[keep], y_lo[keep], y_hi[keep]
+    s, y, y_lo, y_hi, y_se = s[keep], y[keep], y_lo[keep], y_hi[keep], y_se[keep]
     m = float(np.mean(np.sort(y)[:3]))
     band, sigma = rtol * abs(m), 0.0
     start = int(np.flatnonzero(y <= m + band)[0])
     for _ in range(10):  # widen the band with the plateau's noise until its start is stable
-        sigma = _plateau_noise(y, start)
+        part = _plateau(y, start, m + band)
+        se_part = y_se[part][np.isfinite(y_se[part])]
+        sigma = max(_plateau_noise(y, part), float(np.median(se_part)) if se_part.size else 0.0)
         band = max(rtol * abs(m), z * sigma)
         new_start = int(np.flatnonzero(y <= m + band)[0])
         if new_start == start:
             break
         start = new_start
     level = m + band
-    y_lo = np.where(np.isfinite(y_lo), y_lo, y - z * sigma)
-    y_hi = np.where(np.isfinite(y_hi), y_hi, y + z * sigma)
+    y_lo = np.where(np.isfinite(y_lo), y_lo, y - z * np.where(np.isfinite(y_se), np.maximum(y_se, sigma), sigma))
+    y_hi = np.where(np.isfinite(y_hi), y_hi, y + z * np.where(np.isfinite(y_se), np.maximum(y_se, sigma), sigma))
     rule = (f"first log-time crossing of m + max({rtol:g} * |m|, {z:g} * sigma) = {level:.4g} "
             f"(m = mean of the 3 lowest = {m:.4g}, sigma {sigma:.3g})")
     first_in = int(np.flatnonzero(y <= level)[0])
@@ -292,3 +311,31 @@ def tau_gap(steps: Sequence[float], train_loss: Sequence[float | None], test_los
     u = -e0 / (e1 - e0) if e0 < 0 else 0.0
     value = _log_between(float(s[g - 1]), float(s[g]), u)
     return Estimate(value, float(s[g - 1]), float(s[g]), False, rule)
+
+
+# --- all three from a run's metrics records --------------------------------------------------------------------------
+
+def quality_se(record: dict[str, Any]) -> float | None:
+    """The standard error of one evaluation's FID (FD): its bootstrap over samples (``fid_boot_std``) when recorded,
+    else the spread over its K reference sets divided by sqrt K (``fid_std``), else None."""
+    if record.get("fid_boot_std") is not None:
+        return float(record["fid_boot_std"])
+    if record.get("fid_std") is not None and record.get("fid_sets"):
+        return float(record["fid_std"]) / float(np.sqrt(len(record["fid_sets"])))
+    return None
+
+
+def estimate_run(records: Sequence[dict[str, Any]]) -> dict[str, Estimate]:
+    """tau_mem, tau_gen and tau_gap of one run from its metrics.jsonl records (one per step, sorted by step): the one
+    place where the columns meet the estimators, for the analysis, the training loop's stop rule and refinement."""
+    def col(key: str) -> list[float | None]:
+        return [r.get(key) for r in records]
+
+    steps = [float(r["step"]) for r in records]
+    n_samples = col("n_samples")
+    return {
+        "tau_mem": tau_mem(steps, col("f_mem"), col("f_mem_lo"), col("f_mem_hi"),
+                           n_samples=n_samples if all(v is not None for v in n_samples) else None),
+        "tau_gen": tau_gen(steps, col("fid"), se=[quality_se(r) for r in records]),
+        "tau_gap": tau_gap(steps, col("train_loss"), col("test_loss")),
+    }

@@ -1,8 +1,9 @@
 """Frechet distance between generated and held-out images, computed by torch-fidelity.
 
-Everything numeric goes through ``torch_fidelity.calculate_metrics`` (its feature extraction, its
-``fid_features_to_statistics`` -> ``fid_statistics_to_metric`` path, and its file cache of the reference
-statistics); this module only picks the feature extractor, wraps the image tensors and names the result.
+Everything numeric goes through torch-fidelity's own FID path (its feature extraction, features -> statistics
+``fid_input_id_to_statistics``, statistics -> metric ``fid_statistics_to_metric``, and its file cache of the reference
+statistics); this module only picks the feature extractor, wraps the image tensors, computes the samples' features
+once for several reference sets and for a bootstrap over the samples (``fid_sets``) and names the result.
 
 Images are uint8 tensors (n, C, H, W) with C = 1 or 3 and pixels in 0..255. Grayscale images (C = 1) are repeated
 to 3 identical uint8 channels before feature extraction, since both extractors take RGB; the Inception extractor
@@ -19,6 +20,8 @@ Extractors:
   module (no file, no download), registered with torch-fidelity. Its numbers are a Frechet distance in its own
   feature space: comparable with each other, not with published FIDs; label them ``metric_label(extractor)``,
   i.e. "FD (diffmem-randconv-v1)".
+- ``"diffmem-pixels"`` (``PIXEL_EXTRACTOR``): the grayscale pixels themselves (H * W features in [0, 1]); for small
+  images such as the 8x8 digits, where it is a well-conditioned distance between Gaussian fits of the two sets.
 - ``"auto"``: Inception when its weights are on disk, otherwise the offline extractor and a one-line warning.
 
 Reference statistics (mean and covariance of the held-out images' features) are computed once per reference set and
@@ -29,6 +32,7 @@ also caches the reference features next to it (n_reference x dim float32: 82 MB 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -43,14 +47,19 @@ import torch.nn.functional as F
 import torch_fidelity
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.feature_extractor_inceptionv3 import URL_INCEPTION_V3
+from torch_fidelity.metric_fid import (fid_features_to_statistics, fid_input_id_to_statistics_cached,
+                                       fid_statistics_to_metric)
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
+from torch_fidelity.utils import (create_feature_extractor, extract_featuresdict_from_input_id,
+                                  resolve_feature_layer_for_metric)
 
 INCEPTION_EXTRACTOR = "inception-v3-compat"
 INCEPTION_WEIGHTS_URL = URL_INCEPTION_V3
 INCEPTION_WEIGHTS_FILENAME = os.path.basename(URL_INCEPTION_V3)  # weights-inception-2015-12-05-6726825d.pth
 WEIGHTS_ENV_VAR = "DIFFMEM_FID_WEIGHTS"
 OFFLINE_EXTRACTOR = "diffmem-randconv-v1"
-EXTRACTOR_CHOICES = ("auto", "inception", INCEPTION_EXTRACTOR, OFFLINE_EXTRACTOR)
+PIXEL_EXTRACTOR = "diffmem-pixels"
+EXTRACTOR_CHOICES = ("auto", "inception", INCEPTION_EXTRACTOR, OFFLINE_EXTRACTOR, PIXEL_EXTRACTOR)
 
 
 class FIDError(ValueError):
@@ -76,6 +85,7 @@ class FIDResult:
     reference: str
     n_samples: int
     n_reference: int
+    boot: tuple[float, ...] = ()  # the distance for each bootstrap resample of the samples (empty: no bootstrap)
 
     @property
     def label(self) -> str:
@@ -173,10 +183,51 @@ class RandConvFeatureExtractor(FeatureExtractorBase):
         return tuple(features for _ in self.features_list)
 
 
+class PixelFeatureExtractor(FeatureExtractorBase):
+    """The pixels themselves as features: uint8 (B, 3, H, W) -> (B, H * W) float32, the channel mean in [0, 1].
+
+    For small images (e.g. scikit-learn's 8x8 digits, 64 features) the Frechet distance of pixels is the 2-Wasserstein
+    distance between Gaussian fits of the two image distributions, well conditioned with a thousand images, cheap,
+    and defined without any trained network. Not comparable across image sizes.
+    """
+
+    FEATURE = "pixels"
+
+    def __init__(self, name: str, features_list: list[str], **kwargs: Any) -> None:
+        super().__init__(name, features_list)
+
+    @staticmethod
+    def get_provided_features_list() -> tuple[str, ...]:
+        return (PixelFeatureExtractor.FEATURE,)
+
+    @staticmethod
+    def get_default_feature_layer_for_metric(metric: str) -> str:
+        if metric not in ("fid", "kid", "prc"):
+            raise FIDError(f"{PIXEL_EXTRACTOR} has no class logits; it supports fid, kid and prc, not {metric}")
+        return PixelFeatureExtractor.FEATURE
+
+    @staticmethod
+    def can_be_compiled() -> bool:
+        return False
+
+    @staticmethod
+    def get_dummy_input_for_compile() -> torch.Tensor:
+        return torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not (isinstance(images, torch.Tensor) and images.dtype == torch.uint8 and images.dim() == 4
+                and images.shape[1] == 3):
+            raise FIDError(f"{PIXEL_EXTRACTOR} expects uint8 images (B, 3, H, W), got "
+                           f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}")
+        features = images.to(torch.float32).mean(1).flatten(1) / 255.0
+        return tuple(features for _ in self.features_list)
+
+
 def _register_offline_extractor() -> None:
-    """Make OFFLINE_EXTRACTOR known to torch-fidelity (idempotent: torch-fidelity refuses duplicate names)."""
-    if OFFLINE_EXTRACTOR not in FEATURE_EXTRACTORS_REGISTRY:
-        torch_fidelity.register_feature_extractor(OFFLINE_EXTRACTOR, RandConvFeatureExtractor)
+    """Make the offline extractors known to torch-fidelity (idempotent: torch-fidelity refuses duplicate names)."""
+    for name, cls in ((OFFLINE_EXTRACTOR, RandConvFeatureExtractor), (PIXEL_EXTRACTOR, PixelFeatureExtractor)):
+        if name not in FEATURE_EXTRACTORS_REGISTRY:
+            torch_fidelity.register_feature_extractor(name, cls)
 
 
 _register_offline_extractor()
@@ -232,8 +283,8 @@ def resolve_extractor(extractor: str = "auto", weights: str | os.PathLike | None
                       f"(nor --fid-weights / {WEIGHTS_ENV_VAR}); reporting FD ({OFFLINE_EXTRACTOR}) instead of FID",
                       stacklevel=2)
         return OFFLINE_EXTRACTOR, None
-    if extractor == OFFLINE_EXTRACTOR:
-        return OFFLINE_EXTRACTOR, None
+    if extractor in (OFFLINE_EXTRACTOR, PIXEL_EXTRACTOR):
+        return extractor, None
     raise FIDError(f"fid extractor '{extractor}' is unknown; choose one of: {', '.join(EXTRACTOR_CHOICES)}")
 
 
@@ -283,49 +334,65 @@ def _check_device(device: str | torch.device) -> torch.device:
     return dev
 
 
-def fid(
+def fid_sets(
     samples: torch.Tensor,
-    reference: torch.Tensor,
-    reference_key: str,
+    references: list[torch.Tensor],
+    reference_keys: list[str],
     cache_dir: str | os.PathLike,
     extractor: str = "auto",
     weights: str | os.PathLike | None = None,
     device: str | torch.device = "cpu",
     batch_size: int = 200,
-) -> FIDResult:
-    """Frechet distance between the features of ``samples`` and of ``reference`` (torch-fidelity).
+    n_boot: int = 0,
+    seed: int = 0,
+) -> list[FIDResult]:
+    """Frechet distances between the features of ``samples`` and of each reference set (torch-fidelity).
+
+    The samples' features are extracted once (torch-fidelity's ``extract_featuresdict_from_input_id``) and turned
+    into statistics by ``fid_features_to_statistics``, for the samples and for each bootstrap resample; each
+    reference set's statistics come from torch-fidelity's cache or are computed and cached
+    (``fid_input_id_to_statistics_cached``); each distance is torch-fidelity's ``fid_statistics_to_metric``. So K
+    reference sets cost one feature pass over the samples, not K.
 
     Args:
         samples: uint8 (n, 1 | 3, S, S) generated images, n >= 2.
-        reference: uint8 (m, 1 | 3, S, S) held-out images, m >= 2. Only read when its statistics are not cached.
-        reference_key: identity of the reference set (see ``make_reference_key()``); with the extractor name it keys
-            the cached statistics, so a different set must get a different key.
+        references: uint8 (m_k, 1 | 3, S, S) held-out images per set, m_k >= 2. Only read when not cached.
+        reference_keys: identity of each reference set (see ``make_reference_key()``); with the extractor name it
+            keys the cached statistics, so a different set must get a different key.
         cache_dir: folder of the cached reference statistics (created if missing).
         extractor: "auto" | "inception" | "inception-v3-compat" | "diffmem-randconv-v1".
         weights: local Inception weights file (else $DIFFMEM_FID_WEIGHTS, else torch's hub cache).
         device: "cpu" or "cuda[:i]" for the feature extractor.
         batch_size: images per forward pass of the extractor.
+        n_boot: bootstrap resamples of the samples (drawn with replacement from the same features; seeded by
+            ``seed``); each result's ``boot`` holds its distance for every resample, whose spread is the sampling
+            noise of the distance. Each resample costs one statistics + matrix square root per set.
     """
     name, weights_path = resolve_extractor(extractor, weights)
-    if not isinstance(reference_key, str) or not reference_key.strip() or "\n" in reference_key:
-        raise FIDError(f"reference_key = {reference_key!r} must be a one-line string naming the reference set, "
-                       "e.g. make_reference_key(dataset_sha256, 10000)")
+    if not isinstance(n_boot, int) or n_boot < 0:
+        raise FIDError(f"n_boot = {n_boot!r} must be an integer >= 0")
+    if not references or len(references) != len(reference_keys):
+        raise FIDError(f"got {len(references)} reference sets and {len(reference_keys)} keys; pass one key per set")
+    for key in reference_keys:
+        if not isinstance(key, str) or not key.strip() or "\n" in key:
+            raise FIDError(f"reference_key = {key!r} must be a one-line string naming the reference set, "
+                           "e.g. make_reference_key(dataset_sha256, 10000)")
+    if len(set(reference_keys)) != len(reference_keys):
+        raise FIDError(f"reference keys {reference_keys} repeat; each reference set needs its own key")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise FIDError(f"batch_size = {batch_size!r} must be an integer >= 1")
     samples_rgb = as_rgb_uint8(samples, "samples")
-    reference_rgb = as_rgb_uint8(reference, "reference")
-    if samples_rgb.shape[-2:] != reference_rgb.shape[-2:]:
-        raise FIDError(f"samples are {tuple(samples_rgb.shape[-2:])} pixels but the reference images "
-                       f"{tuple(reference_rgb.shape[-2:])}; compare images of the same size")
+    references_rgb = [as_rgb_uint8(r, "reference") for r in references]
+    for ref in references_rgb:
+        if samples_rgb.shape[-2:] != ref.shape[-2:]:
+            raise FIDError(f"samples are {tuple(samples_rgb.shape[-2:])} pixels but the reference images "
+                           f"{tuple(ref.shape[-2:])}; compare images of the same size")
     dev = _check_device(device)
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    height, width = reference_rgb.shape[-2:]
 
     options: dict[str, Any] = dict(
         input1=_ImageTensorDataset(samples_rgb),
-        input2=_ImageTensorDataset(reference_rgb),
-        input2_cache_name=_cache_name(reference_key, reference_rgb.shape[0], height, width),
         cache_root=str(cache_dir),
         cache=True,
         fid=True,
@@ -337,15 +404,39 @@ def fid(
     )
     if weights_path is not None:
         options["feature_extractor_weights_path"] = str(weights_path)  # never the URL download
-    if dev.type == "cuda":
-        with torch.cuda.device(dev):
-            metrics = torch_fidelity.calculate_metrics(**options)
-    else:
-        metrics = torch_fidelity.calculate_metrics(**options)
-    return FIDResult(
-        value=float(metrics[torch_fidelity.KEY_METRIC_FID]),
-        extractor=name,
-        reference=reference_key,
-        n_samples=int(samples_rgb.shape[0]),
-        n_reference=int(reference_rgb.shape[0]),
-    )
+    with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+        layer = resolve_feature_layer_for_metric("fid", **options)
+        extractor_module = create_feature_extractor(name, [layer], **options)
+        features = extract_featuresdict_from_input_id(1, extractor_module, **options)[layer]
+        stat_samples = fid_features_to_statistics(features)
+        generator = torch.Generator().manual_seed(seed)
+        resamples = [torch.randint(0, features.shape[0], (features.shape[0],), generator=generator)
+                     for _ in range(n_boot)]
+        boot_stats = [fid_features_to_statistics(features[idx]) for idx in resamples]
+        out = []
+        for ref, key in zip(references_rgb, reference_keys):
+            height, width = ref.shape[-2:]
+            ref_options = options | dict(input2=_ImageTensorDataset(ref),
+                                         input2_cache_name=_cache_name(key, ref.shape[0], height, width))
+            stat_ref = fid_input_id_to_statistics_cached(2, extractor_module, layer, **ref_options)
+            value = fid_statistics_to_metric(stat_samples, stat_ref, False)[torch_fidelity.KEY_METRIC_FID]
+            boot = tuple(float(fid_statistics_to_metric(b, stat_ref, False)[torch_fidelity.KEY_METRIC_FID])
+                         for b in boot_stats)
+            out.append(FIDResult(value=float(value), extractor=name, reference=key,
+                                 n_samples=int(samples_rgb.shape[0]), n_reference=int(ref.shape[0]), boot=boot))
+    return out
+
+
+def fid(
+    samples: torch.Tensor,
+    reference: torch.Tensor,
+    reference_key: str,
+    cache_dir: str | os.PathLike,
+    extractor: str = "auto",
+    weights: str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
+    batch_size: int = 200,
+) -> FIDResult:
+    """Frechet distance between the features of ``samples`` and of one ``reference`` set: ``fid_sets`` with one
+    set (same arguments, singular)."""
+    return fid_sets(samples, [reference], [reference_key], cache_dir, extractor, weights, device, batch_size)[0]
