@@ -551,6 +551,19 @@ EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.channels
                             "eval.batch_size", "eval.fid_weights"})
 
 
+def continuation_diff(stored: dict[str, Any], cfg: RunConfig) -> list[str]:
+    """Why a run folder whose config.json holds ``stored`` (``RunConfig.to_dict()`` of any diffmem version) cannot be
+    continued with ``cfg``: every differing key (``config_diff``) except a larger ``train.steps``, which extends the
+    run's budget (the training trajectory does not depend on the budget). [] when it can."""
+    diffs = config_diff(upgrade_stored_config(stored), cfg.to_dict())
+    old_steps = stored.get("train", {}).get("steps")
+    if isinstance(old_steps, int) and cfg.train.steps > old_steps:
+        diffs = [d for d in diffs if not d.startswith("train.steps:")]
+    elif isinstance(old_steps, int) and cfg.train.steps < old_steps:
+        diffs = [d + " (a budget may grow, never shrink)" if d.startswith("train.steps:") else d for d in diffs]
+    return diffs
+
+
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``section.key: old -> new`` for every key that differs between two ``RunConfig.to_dict()`` results,
     ignoring ``EXECUTION_KEYS``."""

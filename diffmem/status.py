@@ -34,6 +34,7 @@ from diffmem.analysis.runfiles import read_metrics
 from diffmem.io import atomic_write_json
 from diffmem.metrics.fid import metric_label
 from diffmem.rundir import RunDir
+from diffmem.schedule import evaluation_steps
 
 SWEEP_FILE = "sweep.json"
 SUBMITIT_DIR = ".submitit"
@@ -140,14 +141,16 @@ class RunStatus:
     log: str | None  # its stdout log
     error_log: str | None  # its stderr log
     error: str | None  # the last error line when failed
+    unevaluated: int = 0  # checkpoints of evaluation steps without a metrics line
+    extension: bool = False  # the planned budget exceeds the one the folder was trained with (train to extend)
 
     @property
     def needs_training(self) -> bool:
-        return not RunDir(self.path).is_done()
+        return not RunDir(self.path).is_done() or self.extension
 
     @property
     def needs_evaluation(self) -> bool:
-        return self.evaluated < self.checkpoints
+        return self.unevaluated > 0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -241,8 +244,9 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
     meta = _read_json(run.config_path) if run.config_path.exists() else None
     subs = read_submissions(run.path) if run.path.is_dir() else []
     sub = subs[-1] if subs else None
-    if meta:
-        total = meta["config"]["train"]["steps"]
+    stored_total = meta["config"]["train"]["steps"] if meta else None
+    if stored_total is not None:  # a larger planned budget (a sweep with more steps) is an extension to train
+        total = max(total, stored_total) if total is not None else stored_total
     elif total is None and sub:
         total = sub.get("steps")
     checkpoints = run.checkpoint_steps()
@@ -250,10 +254,14 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
     metric_steps = {int(r["step"]) for r in metrics}
     # checkpoints with a metrics line; a folder whose checkpoints were removed (e.g. results/) counts its lines
     evaluated = len(metric_steps & set(checkpoints)) if checkpoints else len(metric_steps)
-    done = run.is_done()
+    # checkpoints of evaluation steps without a metrics line (kept checkpoints between evaluations do not count)
+    planned = set(evaluation_steps(meta["config"]["eval"]["times"], stored_total)) if meta else set(checkpoints)
+    unevaluated = (planned & set(checkpoints)) - metric_steps
+    extension = stored_total is not None and total is not None and total > stored_total
+    done = run.is_done() and not extension
     step = total if done and total is not None else (checkpoints[-1] if checkpoints else 0)
     activity, error = _job_activity(sub, read_job(run.path) if run.path.is_dir() else None, experiment_dir)
-    if done and (evaluated == len(checkpoints) or not checkpoints):
+    if done and not unevaluated:
         state, error = "done", None
     elif activity:
         state, error = activity, None
@@ -261,7 +269,7 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
         state = "failed"
     elif run.failed_path.exists():
         state, error = "failed", (run.failed_path.read_text().strip().splitlines() or ["failed"])[0]
-    elif done or checkpoints or run.state_path.exists():
+    elif run.is_done() or checkpoints or run.state_path.exists():
         state = "partial"
     else:
         state = "new"
@@ -272,7 +280,8 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
         checkpoints=len(checkpoints), f_mem=last.get("f_mem"), fid=last.get("fid"),
         fid_label=metric_label(extractor) if extractor else None,
         job_id=sub["job_id"] if sub else None, cluster=sub["cluster"] if sub else None,
-        log=sub.get("stdout") if sub else None, error_log=sub.get("stderr") if sub else None, error=error)
+        log=sub.get("stdout") if sub else None, error_log=sub.get("stderr") if sub else None, error=error,
+        unevaluated=len(unevaluated), extension=extension)
 
 
 def experiment_status(experiment_dir: str | Path) -> list[RunStatus]:

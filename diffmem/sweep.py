@@ -48,7 +48,7 @@ from typing import Any, Callable
 import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from diffmem.config import RunConfig, SweepConfig, config_diff
+from diffmem.config import RunConfig, SweepConfig, continuation_diff
 from diffmem.evaluate import evaluate_run
 from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.rundir import RunDir
@@ -242,7 +242,7 @@ def plan_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, 
     for planned in expand_grid(base, sweep, experiment_dir):
         run = RunDir(planned.path)
         if run.config_path.exists():
-            diffs = config_diff(json.loads(run.config_path.read_text()).get("config", {}), planned.cfg.to_dict())
+            diffs = continuation_diff(json.loads(run.config_path.read_text()).get("config", {}), planned.cfg)
             if diffs:
                 conflicts.append(f"{planned.name} ({'; '.join(diffs[:3])})")
         status = run_status(planned.path, total=planned.cfg.train.steps)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import pickle
 import signal
 import subprocess
 import threading
@@ -32,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 import diffmem
-from diffmem.config import ConfigError, RunConfig, config_diff, legacy_keys, upgrade_stored_config
+from diffmem.config import ConfigError, RunConfig, continuation_diff, legacy_keys, upgrade_stored_config
 from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
@@ -56,6 +57,10 @@ class TrainingDiverged(RuntimeError):
 
 class StateDamaged(RuntimeError):
     """No readable training state to resume from although the run folder holds a started run."""
+
+
+class UnsafeState(StateDamaged):
+    """A training state file holds objects that only an unrestricted unpickler would build (it could run code)."""
 
 STATE_KEYS = ("step", "model", "optimizer", "batcher", "rng")
 LOSS_CHECK_EVERY = 100  # optimizer steps between two checks of the training loss for NaN / inf
@@ -177,7 +182,7 @@ def check_same_config(cfg: RunConfig, run: RunDir, dataset_sha256: str | None = 
         return False
     stored = json.loads(run.config_path.read_text())
     old = upgrade_stored_config(stored.get("config", {}))
-    diffs = config_diff(old, cfg.to_dict())
+    diffs = continuation_diff(stored.get("config", {}), cfg)
     if dataset_sha256 is not None and stored.get("dataset_sha256") != dataset_sha256:
         diffs.append(f"dataset sha256: {stored.get('dataset_sha256')} -> {dataset_sha256}")
     if diffs:
@@ -192,6 +197,37 @@ def check_same_config(cfg: RunConfig, run: RunDir, dataset_sha256: str | None = 
 def _get(config: dict[str, Any], key: str) -> Any:
     section, name = key.split(".")
     return config[section][name]
+
+
+def stored_steps(run: RunDir) -> int | None:
+    """train.steps of the config.json of ``run`` (None for a new folder)."""
+    if not run.config_path.exists():
+        return None
+    return json.loads(run.config_path.read_text())["config"]["train"]["steps"]
+
+
+def extends_budget(cfg: RunConfig, run: RunDir) -> bool:
+    """True when ``cfg`` gives the run folder a larger train.steps than it was started with (the rest being equal:
+    check_same_config)."""
+    old = stored_steps(run)
+    return old is not None and cfg.train.steps > old
+
+
+def extend_budget(cfg: RunConfig, run: RunDir, log: Callable[[str], None]) -> None:
+    """Raise the budget of ``run`` to ``cfg.train.steps``: config.json gets the new config and a line in its
+    ``extended`` history, and a ``done`` file goes, so that training continues from ``state.pt``. The evaluations
+    already recorded stay; the new budget's evaluation steps past the trained step are added. Call it holding the
+    run's lock."""
+    meta = json.loads(run.config_path.read_text())
+    old = meta["config"]["train"]["steps"]
+    meta["extended"] = meta.get("extended", []) + [{
+        "from_steps": old, "to_steps": cfg.train.steps, "diffmem_version": diffmem.__version__,
+        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
+    config = upgrade_stored_config(meta["config"])
+    meta["config"] = config | {"train": config["train"] | {"steps": cfg.train.steps}}
+    atomic_write_json(run.config_path, meta)
+    run.done_path.unlink(missing_ok=True)
+    log(f"{run.path}: budget raised from {old} to {cfg.train.steps} steps; continuing")
 
 
 def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
@@ -227,7 +263,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     """
     run = RunDir(run_dir)
     check_same_config(cfg, run)
-    if run.is_done():
+    if run.is_done() and not extends_budget(cfg, run):
         log(f"{run.path}: already done, skipping")
         return TrainResult("skipped", cfg.train.steps, run.path)
     device = resolve_device(cfg.train.device)
@@ -238,10 +274,12 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
     with RunLock(run) as lock:
-        if run.is_done():  # another process finished it while this one was loading data
-            check_same_config(cfg, run)
+        check_same_config(cfg, run)
+        if run.is_done() and not extends_budget(cfg, run):  # another process finished it while this one loaded data
             log(f"{run.path}: already done, skipping")
             return TrainResult("skipped", cfg.train.steps, run.path)
+        if extends_budget(cfg, run):
+            extend_budget(cfg, run, log)
         run.failed_path.unlink(missing_ok=True)
         try:
             return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
@@ -395,11 +433,25 @@ def _stop_annotation(run: RunDir, record: dict[str, Any], stop_f_mem: float) -> 
 
 
 def load_state(path: Path) -> dict[str, Any]:
-    """Read one training state file; a missing, truncated or corrupt one is a one-line StateDamaged naming it."""
+    """Read one training state file without executing code from it (``torch.load(weights_only=True)``: tensors,
+    numbers, strings, lists and dicts only, which is all a diffmem state holds).
+
+    A missing, truncated or corrupt file is a one-line StateDamaged naming it; a file that holds anything else (a
+    pickle that would build other objects, e.g. call a function) is a one-line UnsafeState naming it.
+    """
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise StateDamaged(f"{path} does not exist") from None
+    except pickle.UnpicklingError as e:
+        # torch's restricted unpickler names the callable or class a pickle asked for ("... GLOBAL posix.system
+        # ..."); other refusals (unknown opcodes) are plain damage
+        if "GLOBAL" in str(e):
+            raise UnsafeState(f"{path} holds objects that diffmem does not write and will not build (loading it "
+                              "could run code); it was altered or comes from elsewhere: inspect it, then move it "
+                              "away (the run resumes from state.prev.pt) or delete the run folder") from None
+        detail = next((line.strip() for line in str(e).splitlines() if "Unsupported" in line), "not a torch file")
+        raise StateDamaged(f"{path} is damaged (UnpicklingError: {detail})") from None
     except Exception as e:  # torch raises several types for a damaged zip
         detail = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
         raise StateDamaged(f"{path} is damaged ({type(e).__name__}: {detail})") from None
@@ -424,6 +476,8 @@ def load_resume_state(run: RunDir) -> dict[str, Any] | None:
             continue
         try:
             state = load_state(path)
+        except UnsafeState:
+            raise  # never hidden behind a fallback
         except StateDamaged as e:
             problems.append(str(e))
             continue

@@ -138,8 +138,10 @@ def test_a_signal_saves_state_exits_0_and_the_rerun_ends_bit_identical(sig, tmp_
 def test_a_finished_run_with_a_changed_config_is_refused_not_skipped(tmp_path):
     cfg = tiny_config("eval.inline=false", "train.steps=5")
     assert train(cfg, tmp_path / "run", progress=False).status == "done"
-    with pytest.raises(RunConfigMismatch, match=r"train.steps: 5 -> 6"):
-        train(cfg.replace(train={"steps": 6}), tmp_path / "run", progress=False)
+    with pytest.raises(RunConfigMismatch, match=r"train.lr: 0.001 -> 0.002"):
+        train(cfg.replace(train={"lr": 2e-3}), tmp_path / "run", progress=False)
+    with pytest.raises(RunConfigMismatch, match=r"train.steps: 5 -> 4 \(a budget may grow, never shrink\)"):
+        train(cfg.replace(train={"steps": 4}), tmp_path / "run", progress=False)  # a larger one extends it
 
 
 def test_a_run_with_the_speed_switches_trains_resumes_and_evaluates(tmp_path):
