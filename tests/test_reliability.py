@@ -344,7 +344,9 @@ def test_a_metrics_line_cut_short_by_a_crash_is_evaluated_again_once(tmp_path):
 
 # --- the SIGKILL campaign -----------------------------------------------------------------------------------------
 
-CAMPAIGN = [o for o in TINY if not o.startswith(("train.steps=", "eval.times="))]
+# the same thread count in the killed subprocess and in this process, whatever an earlier test left it at: float
+# reductions (training and the FD's features) depend on it
+CAMPAIGN = [o for o in TINY if not o.startswith(("train.steps=", "eval.times="))] + ["train.num_threads=2"]
 
 
 def _temp_files(run: RunDir) -> set[str]:
