@@ -23,20 +23,15 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol, Sequence
 
+from diffmem.analysis.runfiles import latest_per_step
 from diffmem.analysis.timescales import TimescaleInputError, estimate_run
 from diffmem.rundir import RunDir
-
-
-def _by_step(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per step (the last one of a step wins), sorted by step."""
-    by_step = {int(r["step"]): r for r in records}
-    return [by_step[k] for k in sorted(by_step)]
 
 
 def stop_reason(records: Sequence[dict[str, Any]], stop_f_mem: float) -> str | None:
     """Why training can stop after the latest evaluation, or None: tau_mem and tau_gen measured and the latest
     f_mem_lo >= ``stop_f_mem`` (> 0)."""
-    records = _by_step(records)
+    records = latest_per_step(records)
     if stop_f_mem <= 0 or not records:
         return None
     last = records[-1]
@@ -56,7 +51,7 @@ def stop_reason(records: Sequence[dict[str, Any]], stop_f_mem: float) -> str | N
 def brackets(records: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     """The evaluations that bracket each measured onset: tau_mem's [last clean, first memorized] and, for tau_gen,
     the evaluated steps just before and after its crossing."""
-    records = _by_step(records)
+    records = latest_per_step(records)
     try:
         est = estimate_run(records)
     except TimescaleInputError:

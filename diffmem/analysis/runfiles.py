@@ -19,7 +19,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -107,14 +107,21 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     without a valid ``step`` are skipped with a :class:`MetricsLineWarning`. A missing file gives an empty list.
     """
     path = Path(path)
-    by_step: dict[float, dict[str, Any]] = {}
+    valid = []
     for number, record in enumerate(read_jsonl(path), start=1):
         step = record.get("step") if isinstance(record, dict) else None
         if not isinstance(step, (int, float)) or isinstance(step, bool) or step < 0:
             warnings.warn(f"{path}: skipped record {number}, it has no valid 'step'", MetricsLineWarning,
                           stacklevel=2)
             continue
-        by_step[float(step)] = record
+        valid.append(record)
+    return latest_per_step(valid)
+
+
+def latest_per_step(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metrics records sorted by step, one per step: the last record of a step wins (a step evaluated again, or
+    refinement lines appended after later steps)."""
+    by_step = {float(r["step"]): r for r in records}
     return [by_step[k] for k in sorted(by_step)]
 
 
