@@ -1,5 +1,5 @@
 """Benchmark: the cost of one evaluation (sampling, NN search, FID features, loss gap) and of the training steps
-between two evaluations, for the demo's model (W=8, 16x16, no attention) on CPU.
+between two evaluations, for the demo's model (experiments/demo.toml) on CPU.
 
 A thin wrapper of :func:`diffmem.bench.bench_eval` (also ``diffmem bench eval``): it prints one JSON line with the
 median seconds of each part, the seconds per training step at the demo's batch, and the evaluation cost relative to

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Training speed of diffmem's loop under speed switches, against ../shared/bench/reference_train.py, alternating
+# Training speed of diffmem's loop under speed switches, against benchmarks/reference_train.py, alternating
 # every variant in each round so that machine drift hits all of them. Prints one line per run and run variant, then
 # the median images/s of each variant and its ratio to the reference at the same thread count.
 # Usage (from the project root): [VARIANTS="..."] benchmarks/train_variants.sh [WIDTH] [IMAGE_SIZE] [BATCH] [STEPS] [ROUNDS]
 set -euo pipefail
 w=${1:-8} s=${2:-16} b=${3:-32} k=${4:-30} rounds=${5:-3}
 py=${PYTHON:-python3}
-ref=${REFERENCE:-$(cd "$(dirname "$0")/../.." && pwd)/shared/bench/reference_train.py}
+ref=${REFERENCE:-$(cd "$(dirname "$0")" && pwd)/reference_train.py}
 args=(--width "$w" --image-size "$s" --batch "$b" --steps "$k")
 declare -A cmds=(
   [reference]="$py $ref ${args[*]}"

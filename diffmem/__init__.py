@@ -2,4 +2,4 @@
 
 A library (this package, one module per stage) and thin entry points (``diffmem <verb>``, see ``diffmem.cli``).
 """
-__version__ = "0.2.0"
+__version__ = "0.3.0"

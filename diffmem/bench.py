@@ -4,7 +4,7 @@ Each function returns a JSON-able dict (seconds, images/s, FLOPs) and is what ``
 prints as its last line. ``bench_train`` times the exact step of ``diffmem.train`` (the data tensor on the device,
 ``EpochBatcher``, ``Diffusion.loss``, ``zero_grad(set_to_none=True)``, ``backward``, ``optimizer.step``, the loss kept
 on the device) with the same objects, on random uint8 images, so that a comparison against
-``../shared/bench/reference_train.py`` measures the loop and not the model: both build ``build_unet(width,
+``benchmarks/reference_train.py`` measures the loop and not the model: both build ``build_unet(width,
 image_size, attention)`` and use Adam at lr 1e-4.
 
 FLOPs are those ``torch.utils.flop_counter.FlopCounterMode`` counts (matmuls and convolutions, forward + backward of
@@ -247,8 +247,7 @@ def bench_eval(n_samples: int = 256, sampler_steps: int = 50, n: int = 64, repea
     sweep.steps_per_n x n when set, with eval.times evaluations): eval_over_train_last_gap = one evaluation's wall_s
     over the training seconds of the last (longest) gap between two evaluations; eval_over_train_total = all
     evaluations over all training."""
-    from diffmem.cli import demo_config_path
-    from diffmem.config import load_config
+    from diffmem.config import demo_config_path, load_config
     from diffmem.data import load_images, make_splits
     from diffmem.evaluate import Evaluator
     from diffmem.rundir import RunDir

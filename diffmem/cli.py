@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from diffmem import __version__
-from diffmem.config import TRAIN_PRECISIONS
+from diffmem.config import TRAIN_PRECISIONS, demo_config_path
 
 VERBS = {
     "prepare": "turn a local CelebA copy or image folder into one cached uint8 tensor + manifest",
@@ -19,7 +19,7 @@ VERBS = {
     "evaluate": "evaluate every checkpoint of a run folder that has no metrics line yet",
     "analyze": "all runs of an experiment folder -> summary.csv, fits.json, figures/",
     "advise": "predicted tau_gen and tau_mem for (N, W) and when to stop training",
-    "demo": "the embedded CPU demo: a small N sweep on built-in faces, then the analysis",
+    "demo": "the embedded CPU demo: a small N sweep on built-in digits, the analysis, an advice and its check",
     "sweep": "run or submit every unfinished run of an experiment's grid (debug | local | slurm, via submitit)",
     "status": "where every run of an experiment folder stands: step, f_mem, FID, state, job ids, logs",
     "bench": "time training steps, DDIM sampling or one evaluation; the last output line is one JSON object",
@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run folder written by `diffmem train`")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--fid-weights", metavar="PATH", help="local Inception weights file")
+    p.add_argument("--kept", action="store_true",
+                   help="also evaluate every kept checkpoint between the evaluation steps (eval.checkpoint_ratio)")
 
     p = sub.add_parser("analyze", help=VERBS["analyze"], description=VERBS["analyze"])
     p.add_argument("experiment_dir", help="a folder of run folders (or one run folder)")
@@ -96,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", dest="config", default=None,
                    help="experiment file (default: experiments/demo.toml of this checkout)")
     p.add_argument("--out", default="runs/demo", help="experiment folder (default runs/demo)")
-    p.add_argument("--quick", action="store_true", help="the 3-minute version the test suite runs")
+    p.add_argument("--quick", action="store_true",
+                   help="a few-minute version with tiny budgets, which the test suite runs")
     p.add_argument("--jobs", type=int, default=None, help="runs trained at once (default: one per CPU core)")
 
     p = sub.add_parser("sweep", help=VERBS["sweep"], description=VERBS["sweep"])
@@ -116,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="slurm: time limit per job (default 24); local: a time slice per job (default none); a job "
                         "that reaches it is requeued and continues from state.pt")
     p.add_argument("--partition", help="slurm partition")
-    p.add_argument("--gpus-per-job", type=int, default=1, help="slurm: GPUs per job (default 1)")
+    p.add_argument("--gpus-per-job", type=int, default=None,
+                   help="slurm: GPUs per job (default: 0 when train.device is cpu, 1 when cuda; for auto, 1 unless "
+                        "the partition has no GPUs in sinfo; 0 when --slurm-option asks for gres or gpus)")
     p.add_argument("--cpus-per-job", type=int, help="slurm: CPUs per job")
     p.add_argument("--mem-gb", type=float, help="slurm: memory per job in GB")
     p.add_argument("--account", help="slurm account")
@@ -131,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="slurm: a line run before the job, e.g. 'module load cuda' (repeatable)")
     p.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
                    help="slurm: an extra '#SBATCH --KEY=VALUE' line (repeatable)")
+    p.add_argument("--wait", action="store_true",
+                   help="slurm: after submitting, follow the jobs (scontrol, or sacct where there is one) until each "
+                        "has ended, then report them; exit 1 if one failed or was cancelled")
 
     p = sub.add_parser("status", help=VERBS["status"], description=VERBS["status"])
     p.add_argument("experiment_dir", help="the --out folder of `diffmem sweep`")
@@ -217,7 +225,7 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from diffmem.evaluate import evaluate_run
 
-    evaluate_run(args.run_dir, device=args.device, fid_weights=args.fid_weights)
+    evaluate_run(args.run_dir, device=args.device, fid_weights=args.fid_weights, kept=args.kept)
     return 0
 
 
@@ -234,11 +242,6 @@ def cmd_advise(args) -> int:
 
     print(advise(args.n, args.width, args.source).format())
     return 0
-
-
-def demo_config_path() -> Path:
-    """experiments/demo.toml of the checkout this package was installed from."""
-    return Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
 
 
 def cmd_demo(args) -> int:
@@ -283,9 +286,9 @@ def cmd_sweep(args) -> int:
         signal_delay_s=args.signal_delay_s, max_requeues=args.max_requeues, setup=tuple(args.setup),
         slurm_options=_key_values(args.slurm_option, "--slurm-option"))
     report = run_sweep(cfg, sweep, out, options, eval_separately=args.eval_separately, dry_run=args.dry_run,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, wait=args.wait)
     print(report.format())
-    return 1 if report.failed else 0
+    return 1 if report.failed or report.cancelled else 0
 
 
 def cmd_status(args) -> int:

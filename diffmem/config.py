@@ -31,6 +31,8 @@ class DataConfig:
     The images of a source form one fixed ordering (documented per source in ``diffmem.data``). The last
     ``n_heldout`` images of that ordering are the held-out pool (test loss, FID reference); the rest is the training
     part, and the train set is images ``[subset_index * n, (subset_index + 1) * n)`` of the training part.
+    ``n_heldout = 0`` chooses the pool per source: half of its M images, at most 50000 (CelebA's 202599 -> 50000, five
+    FID reference sets of 10000; digits' 1797 -> 898; lfw_faces' 100 -> 50); see ``diffmem.data.splits``.
     """
 
     source: str = "celeba"  # "celeba" | "folder" | "lfw_faces" | "digits"
@@ -38,7 +40,7 @@ class DataConfig:
     n: int = 1024  # train-set size N (images)
     image_size: int = 32  # side of the square images (pixels)
     subset_index: int = 0  # which disjoint block of n training images
-    n_heldout: int = 50000  # size of the held-out pool at the end of the ordering (images): 5 FID sets of 10k
+    n_heldout: int = 0  # held-out pool at the end of the ordering (images); 0: per source, min(50000, M // 2)
     cache_dir: str | None = None  # where prepared tensors go; default $DIFFMEM_CACHE or ~/.cache/diffmem
 
 
@@ -377,6 +379,11 @@ def build_configs(sections: dict[str, dict[str, Any]]) -> tuple[RunConfig, Sweep
     return run, sweep
 
 
+def demo_config_path() -> Path:
+    """experiments/demo.toml of the checkout this package was installed from (it may not exist: a wheel install)."""
+    return Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, SweepConfig]:
     """Read a TOML experiment file (or none: the paper's defaults) and apply ``--set`` overrides."""
     base = read_toml(path) if path is not None else {}
@@ -461,8 +468,9 @@ def validate(cfg: RunConfig) -> None:
                           "nearest and second-nearest)")
     if d.subset_index < 0:
         raise ConfigError(f"data.subset_index = {d.subset_index} must be >= 0")
-    if d.n_heldout < 1:
-        raise ConfigError(f"data.n_heldout = {d.n_heldout} must be >= 1 (held-out images for test loss and FID)")
+    if d.n_heldout < 0:
+        raise ConfigError(f"data.n_heldout = {d.n_heldout} must be >= 1 (held-out images for test loss and FID), or 0 "
+                          "to let the source choose (half its images, at most 50000)")
     levels = len(m.channel_mult)
     factor = 2 ** (levels - 1)
     if d.image_size < factor or d.image_size % factor:
@@ -529,7 +537,7 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"eval.{key} = {value} must be >= {low}")
     if e.sampler not in ("ddim", "ddpm"):
         raise ConfigError(f"eval.sampler = '{e.sampler}' is unknown; choose ddim or ddpm")
-    if e.fid and d.n_heldout // e.fid_reference_sets < 2:
+    if e.fid and d.n_heldout and d.n_heldout // e.fid_reference_sets < 2:  # 0: checked once the source is read
         raise ConfigError(f"eval.fid_reference_sets = {e.fid_reference_sets} disjoint FID reference sets need at "
                           f"least 2 images each, but data.n_heldout = {d.n_heldout}; lower fid_reference_sets")
     for key in ("checkpoint_ratio", "refine_ratio"):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.utils import make_grid, save_image
 
-from diffmem.config import RunConfig, config_from_dict
+from diffmem.config import ConfigError, RunConfig, config_from_dict
 from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to_model, to_pixels, to_uint8
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
@@ -50,6 +50,19 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
     return weights
 
 
+def reference_set_size(cfg: RunConfig, splits: Splits) -> int:
+    """Images in each of the ``eval.fid_reference_sets`` disjoint FID reference sets cut from the held-out pool:
+    ``eval.fid_n_reference``, or fewer when the pool is smaller. Raises ConfigError when a set would hold fewer
+    than 2 images (train calls this before writing anything)."""
+    e = cfg.eval
+    n_ref = min(e.fid_n_reference, len(splits.heldout) // e.fid_reference_sets)
+    if e.fid and n_ref < 2:
+        raise ConfigError(f"eval.fid_reference_sets = {e.fid_reference_sets} disjoint FID reference sets need at least "
+                          f"2 images each, but the held-out pool has {len(splits.heldout)}; lower "
+                          "eval.fid_reference_sets or raise data.n_heldout")
+    return n_ref
+
+
 class Evaluator:
     """Everything one run's evaluations share (train/test tensors, FID reference), built once per process.
 
@@ -66,7 +79,7 @@ class Evaluator:
         self.loss_step = diffusion.step_for_time(e.loss_t)
         # K disjoint blocks of the held-out pool, each of n_ref images; set k is images [start + k n_ref,
         # start + (k + 1) n_ref) of the source's ordering, and its key names exactly that range
-        n_ref = min(e.fid_n_reference, len(splits.heldout) // e.fid_reference_sets)
+        n_ref = reference_set_size(cfg, splits)
         self.fid_references = [splits.heldout[k * n_ref:(k + 1) * n_ref] for k in range(e.fid_reference_sets)]
         self.fid_reference_keys = [make_reference_key(dataset_sha256, n_ref, start=splits.heldout_range[0] + k * n_ref)
                                    for k in range(e.fid_reference_sets)]
@@ -156,14 +169,16 @@ class Evaluator:
                  f"fd {fid_text}  loss train {train_loss:.4f} test {test_loss:.4f}  ({record['wall_s']:.1f} s)")
         return record
 
-    def fill_missing(self) -> list[int]:
-        """Evaluate every saved checkpoint that has no metrics line yet; returns the steps evaluated.
+    def fill_missing(self, kept: bool = False) -> list[int]:
+        """Evaluate every saved checkpoint of the evaluation grid that has no metrics line yet, and with ``kept``
+        also every kept checkpoint between them (``eval.checkpoint_ratio``); returns the steps evaluated.
 
         Leaves every RNG as it found it (a resumed training run stays bit-identical). A damaged checkpoint is a
         one-line CheckpointDamaged naming the file.
         """
-        planned = set(evaluation_steps(self.cfg.eval.times, self.cfg.train.steps))
-        missing = sorted((set(self.run.checkpoint_steps()) & planned) - self.run.evaluated_steps())
+        saved = set(self.run.checkpoint_steps())
+        planned = saved if kept else saved & set(evaluation_steps(self.cfg.eval.times, self.cfg.train.steps))
+        missing = sorted(planned - self.run.evaluated_steps())
         for step in missing:
             self.evaluate_checkpoint(step)
         return missing
@@ -207,8 +222,10 @@ class Evaluator:
 
 
 def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | None = None,
-                 log: Callable[[str], None] = print) -> list[int]:
-    """``diffmem evaluate RUN_DIR``: evaluate every checkpoint of a run that has no metrics line yet.
+                 log: Callable[[str], None] = print, kept: bool = False) -> list[int]:
+    """``diffmem evaluate RUN_DIR``: evaluate every checkpoint of the run's evaluation grid that has no metrics line
+    yet; with ``kept`` (``--kept``) also every kept checkpoint between them, which densifies the curves after
+    training.
 
     ``fid_weights`` replaces the Inception weights path stored in the run's config (it may differ per machine).
     """
@@ -224,7 +241,7 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
     dev = resolve_device(device)
     with RunLock(run):  # never two processes appending to one metrics.jsonl
         evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
-        done = evaluator.fill_missing()
+        done = evaluator.fill_missing(kept=kept)
         if cfg.eval.refine_ratio and run.is_done():
             done += refine_brackets(evaluator, run, cfg.eval.refine_ratio)
     if not done:

@@ -17,6 +17,9 @@
 
 The quality axis is labelled with :func:`diffmem.metrics.fid.metric_label`: "FID" only for Inception features,
 "FD (<extractor>)" otherwise. Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot state).
+
+Public drawing helpers, shared with the theory's figures (:mod:`diffmem.theory.figures`): ``STYLE``,
+:func:`new_figure`, :func:`save_figure`, :func:`draw_fit`, :func:`n_colors`.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run
-from diffmem.analysis.scaling import FitSet, PowerLawFit, load_fits
+from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
 from diffmem.io import atomic_write_bytes
 from diffmem.metrics.fid import metric_label
 
@@ -102,7 +105,7 @@ def load_experiment_files(experiment_dir: str | Path) -> ExperimentFiles:
 
 # --- helpers --------------------------------------------------------------------------------------------------------
 
-def _n_colors(ns: Sequence[int]) -> dict[int, Any]:
+def n_colors(ns: Sequence[int]) -> dict[int, Any]:
     """One viridis colour per N, evenly spaced by rank (dark = small N)."""
     cmap = colormaps["viridis"]
     ns = sorted(set(ns))
@@ -121,8 +124,10 @@ def _quality_label(records: Sequence[RunRecord]) -> str:
     return "FID / FD (mixed extractors: " + ", ".join(extractors) + ")" if extractors else "FID"
 
 
-def _new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANEL, sharex: bool = False,
-                sharey: bool = False) -> tuple[Figure, list[Any]]:
+def new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANEL, sharex: bool = False,
+               sharey: bool = False) -> tuple[Figure, list[Any]]:
+    """A figure of ``n_panels`` axes on ``rows`` rows (``size``: inches per panel), unused grid cells hidden; drawn
+    off-screen (Agg), so it works without a display. Returns (figure, the n_panels axes)."""
     cols = math.ceil(n_panels / rows)
     fig = Figure(figsize=(size[0] * cols, size[1] * rows), layout="constrained")
     FigureCanvasAgg(fig)
@@ -132,7 +137,8 @@ def _new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PAN
     return fig, axes[:n_panels]
 
 
-def _save(fig: Figure, out_dir: Path, name: str) -> FigureResult:
+def save_figure(fig: Figure, out_dir: Path, name: str) -> FigureResult:
+    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically."""
     files = []
     for fmt in ("png", "pdf"):
         buffer = io.BytesIO()
@@ -179,7 +185,7 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     if not (has_fid or has_mem):
         return FigureResult(name, skipped=f"no FID and no f_mem recorded at W={width}")
     ns = sorted({r["n"] for r in rows})
-    colors = _n_colors(ns)
+    colors = n_colors(ns)
     heights = [2.0] * (int(has_fid) + int(has_mem)) + [0.25 + 0.12 * len(ns)]
     fig = Figure(figsize=(4.2, sum(heights) + 0.6), layout="constrained")
     FigureCanvasAgg(fig)
@@ -232,7 +238,7 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
             ax_mem.set_title(f"W = {width}")
             _legend_by_n(ax_mem, ns, colors)
     ax_win.set_xlabel("training step")
-    return _save(fig, out_dir, name)
+    return save_figure(fig, out_dir, name)
 
 
 # --- 2. collapse ----------------------------------------------------------------------------------------------------
@@ -243,11 +249,11 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
               if any(np.isfinite(data.records[r["run"]].series("f_mem")).any() for r in data.rows_of_width(w))]
     if not widths:
         return FigureResult("collapse", skipped="no f_mem recorded")
-    fig, axes = _new_figure(len(widths), sharey=True)
+    fig, axes = new_figure(len(widths), sharey=True)
     for ax, w in zip(axes, widths):
         rows = data.rows_of_width(w)
         ns = sorted({r["n"] for r in rows})
-        colors = _n_colors(ns)
+        colors = n_colors(ns)
         for row in rows:
             rec = data.records[row["run"]]
             x, f = rec.steps / row["n"], rec.series("f_mem")
@@ -258,7 +264,7 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         ax.set_title(f"W = {w}")
         _legend_by_n(ax, ns, colors)
     axes[0].set_ylabel(r"$f_\mathrm{mem}$")
-    return _save(fig, out_dir, "collapse")
+    return save_figure(fig, out_dir, "collapse")
 
 
 # --- 3. scaling -----------------------------------------------------------------------------------------------------
@@ -287,7 +293,7 @@ def _draw_taus(ax, rows: Sequence[dict[str, Any]], key: str, x_of, color, marker
     return drawn
 
 
-def _draw_fit(ax, fit: PowerLawFit | None, color, label_x: str) -> str | None:
+def draw_fit(ax, fit: PowerLawFit | None, color, label_x: str) -> str | None:
     """The fitted law over its x range (extended by 20%) with its bootstrap band; returns a legend text."""
     if fit is None or not fit.fitted:
         return None
@@ -316,7 +322,7 @@ def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                              ("tau_gen", "tau_gen_vs_n", r"$\tau_\mathrm{gen}$ (steps)")))
     if not panels:
         return FigureResult("scaling", skipped="no tau_mem and no tau_gen in summary.csv")
-    fig, axes = _new_figure(len(panels))
+    fig, axes = new_figure(len(panels))
     colors = _w_colors(data.widths)
     for ax, (key, fit_name, label) in zip(axes, panels):
         handles = []
@@ -324,7 +330,7 @@ def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
             rows = data.rows_of_width(w)
             if not _draw_taus(ax, rows, key, lambda r: r["n"], colors[w], "o"):
                 continue
-            text = _draw_fit(ax, _group_fit(data, fit_name, str(w)), colors[w], "N")
+            text = draw_fit(ax, _group_fit(data, fit_name, str(w)), colors[w], "N")
             handles.append(Line2D([], [], color=colors[w], marker="o",
                                             label=f"W={w}" + (f": {text}" if text else "")))
         if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in data.rows if r[key] is not None):
@@ -335,7 +341,7 @@ def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         ax.set_xlabel(r"training set size $N$")
         ax.set_ylabel(label)
         ax.legend(handles=handles, loc="best")
-    return _save(fig, out_dir, "scaling")
+    return save_figure(fig, out_dir, "scaling")
 
 
 # --- 4. width -------------------------------------------------------------------------------------------------------
@@ -348,8 +354,8 @@ def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                              ("tau_mem", r"$\tau_\mathrm{mem} / N$ (steps per image)", lambda r: float(r["n"]))))
     if not panels:
         return FigureResult("width", skipped="no tau_gen and no tau_mem in summary.csv")
-    fig, axes = _new_figure(len(panels))
-    colors = _n_colors(data.ns)
+    fig, axes = new_figure(len(panels))
+    colors = n_colors(data.ns)
     for ax, (key, label, scale) in zip(axes, panels):
         ys = []
         for n in data.ns:
@@ -358,7 +364,7 @@ def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
             ys += [r[key] / scale(r) for r in rows if r[key] is not None]
         handles = [Line2D([], [], color=colors[n], marker="o", ls="none", label=f"N={n}") for n in data.ns]
         fit = data.fits["tau_gen_vs_width"].pooled if (key == "tau_gen" and data.fits is not None) else None
-        text = _draw_fit(ax, fit, "0.2", "W")
+        text = draw_fit(ax, fit, "0.2", "W")
         if text:
             handles.append(Line2D([], [], color="0.2", label=f"fit: {text}"))
         w_arr = np.array(data.widths, dtype=float)
@@ -372,7 +378,7 @@ def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         ax.set_xlabel("base width $W$")
         ax.set_ylabel(label)
         ax.legend(handles=handles, loc="best")
-    return _save(fig, out_dir, "width")
+    return save_figure(fig, out_dir, "width")
 
 
 # --- 5. phase -------------------------------------------------------------------------------------------------------
@@ -434,7 +440,7 @@ def plot_phase(data: ExperimentFiles, out_dir: Path, *, threshold: float = 0.01,
     times = list(times) if times is not None else _phase_times(data)
     if not times:
         return FigureResult("phase", skipped="no evaluated steps")
-    fig, axes = _new_figure(len(times), size=(2.3, 2.3), sharey=True)
+    fig, axes = new_figure(len(times), size=(2.3, 2.3), sharey=True)
     groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in with_p:
         groups.setdefault((r["n"], r["params"]), []).append(r)
@@ -462,7 +468,7 @@ def plot_phase(data: ExperimentFiles, out_dir: Path, *, threshold: float = 0.01,
                for k in PHASE_STYLE if k in seen]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3),
                title=f"memorizing: $f_\\mathrm{{mem}}(\\tau) > {threshold:g}$")
-    return _save(fig, out_dir, "phase")
+    return save_figure(fig, out_dir, "phase")
 
 
 # --- 6. loss gap ----------------------------------------------------------------------------------------------------
@@ -475,11 +481,11 @@ def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     widths = [w for w in data.widths if any(has_loss(data.records[r["run"]]) for r in data.rows_of_width(w))]
     if not widths:
         return FigureResult("loss_gap", skipped="no train/test loss recorded")
-    fig, axes = _new_figure(len(widths))
+    fig, axes = new_figure(len(widths))
     for ax, w in zip(axes, widths):
         rows = data.rows_of_width(w)
         ns = sorted({r["n"] for r in rows})
-        colors = _n_colors(ns)
+        colors = n_colors(ns)
         for row in rows:
             rec = data.records[row["run"]]
             steps = rec.steps
@@ -500,7 +506,7 @@ def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         ax.set_title(f"W = {w}")
     loss_t = next((e.get("loss_t") for rec in data.records.values() for e in rec.evaluations if e.get("loss_t")), None)
     axes[0].set_ylabel("DSM loss" + (f" at t = {loss_t:g}" if loss_t else ""))
-    return _save(fig, out_dir, "loss_gap")
+    return save_figure(fig, out_dir, "loss_gap")
 
 
 # --- all ------------------------------------------------------------------------------------------------------------

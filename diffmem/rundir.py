@@ -1,4 +1,4 @@
-"""The run folder: the on-disk contract between training, evaluation and analysis (see README, "Run folder").
+"""The run folder: the on-disk contract between training, evaluation and analysis (see docs/run-folder.md).
 
 ```
 <run>/config.json                  resolved RunConfig + version + git sha + dataset sha256 + parameter count

@@ -6,8 +6,12 @@ Three executors, all submitit's (this module only decides what to submit and kee
 * ``local``: subprocesses on this machine (submitit's LocalExecutor), at most K at once, one GPU each
   (``CUDA_VISIBLE_DEVICES``) when GPUs exist, and ``cpu_count // K`` torch threads each (unless
   train.num_threads is set);
-* ``slurm``: one job array (submitit's SlurmExecutor) with ``%K`` parallelism, ``--signal=USR2@<delay>`` and
-  ``--requeue``.
+* ``slurm``: one job array per kind of job, ``%K`` parallelism, ``--signal=USR2@<delay>`` and ``--requeue``; the
+  sbatch script is diffmem's own (:func:`render_sbatch`, the same text for ``--dry-run`` and for ``sbatch``), and
+  the job it runs is submitit's job runner (``submitit.core.submission.submitit_main``) on a pickled
+  :class:`RunJob` (``submitit.helpers.DelayedSubmission``), so the signals, requeues and result files are
+  submitit's. With ``wait`` the sweep then follows the jobs through ``scontrol`` (or ``sacct`` where there is an
+  accounting database) until each has ended, and reports them as the local executor does.
 
 Each job is a :class:`RunJob`: the idempotent train (+ evaluate) of one run folder, a
 ``submitit.helpers.Checkpointable``. Preemption or a time limit requeues it, and the requeued job continues from the
@@ -29,17 +33,27 @@ and cancellation before the kill). While training, :func:`diffmem.train.train` r
 Job logs go to ``<experiment_dir>/.submitit/``; job ids and log paths are recorded in each run folder
 (see :mod:`diffmem.status`).
 
-Uses submitit 1.5.4; ``--dry-run`` renders the sbatch script with submitit's private
-``submitit.slurm.slurm._make_sbatch_string`` (the function SlurmExecutor itself calls), so pin ``submitit==1.5.4``.
+GPUs on Slurm (:func:`job_gpus`): ``--gpus-per-job G`` when given; none when an extra ``--slurm-option`` asks for
+GPUs itself (gres, gpus, gpus-per-node, ...); else from the runs' ``train.device``: ``cpu`` none, ``cuda`` one,
+``auto`` one where the partition's nodes have GPUs (``sinfo``) or where that cannot be asked, none on a CPU-only
+partition.
+
+Only submitit's public names are used (``submitit.helpers``, ``submitit.core.utils.JobPaths``,
+``submitit.core.submission.submitit_main``, the executors and ``JobEnvironment``); the versions tested against a
+real Slurm cluster are listed in docs/cluster.md.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
+import subprocess
 import sys
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,8 +66,10 @@ from diffmem.config import RunConfig, SweepConfig, continuation_diff
 from diffmem.evaluate import evaluate_run
 from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.rundir import RunDir
-from diffmem.status import (SUBMITIT_DIR, RunStatus, one_line, read_job, record_job_end, record_job_start,
-                            record_plan, record_submission, result_error, run_status)
+from diffmem.status import (SUBMITIT_DIR, UNREACHABLE, RunStatus, SlurmJobState, forget_slurm_states, one_line,
+                            read_job, read_result, read_submissions, record_job_end, record_job_signal,
+                            record_job_start, record_plan, record_submission, result_error, run_status,
+                            slurm_command, slurm_failure, slurm_job_state, slurm_log_reason)
 from diffmem.train import TrainResult, train
 
 CLUSTERS = ("debug", "local", "slurm")
@@ -112,6 +128,11 @@ class RunJob(Checkpointable):
     def __call__(self) -> JobOutcome:
         run = RunDir(self.run_dir)
         record_job_start(run.path, self.kind, _current_job_id())
+        early = os.environ.pop(EARLY_SIGNAL_ENV, None)
+        preempt = _preemption_signal()
+        if early == preempt.name and _has_python_handler(preempt):  # see JOB_RUNNER
+            _print(f"{run.path.name}: {early} arrived while the job was starting; handing over to submitit to requeue")
+            signal.raise_signal(preempt)
         try:
             if self.kind == "evaluate":
                 evaluate_run(run.path, device=self.cfg.train.device, log=_print)
@@ -149,6 +170,7 @@ class RunJob(Checkpointable):
             if signal.SIGINT.name in result.signals:
                 raise KeyboardInterrupt
             if signal.SIGTERM.name in result.signals and _has_python_handler(signal.SIGTERM):
+                record_job_signal(run.path, signal.SIGTERM.name)
                 _print(f"{run.path.name}: SIGTERM at step {result.step}; inside a submitit job it is ignored (the "
                        f"preemption signal is {preempt.name}): continuing from state.pt")
                 continue
@@ -168,14 +190,15 @@ class ClusterOptions:
     """Where and how the jobs run.
 
     max_parallel: local: jobs at once (default one per GPU, else one per CPU core); slurm: the array's ``%K``
-        (default: submitit's 256). gpus: local: GPU indices to hand out (default every visible GPU).
+        (default 256). gpus: local: GPU indices to hand out (default every visible GPU).
+    gpus_per_job: slurm: GPUs per job; None: from the runs' train.device (see :func:`job_gpus`).
     time_hours: slurm ``--time`` per job (default 24 h); local: each job's time slice, after which it is
         signalled and requeued (default: none). signal_delay_s: seconds between the preemption signal and the end
         of the time slice (an inline evaluation may have to finish before the state is saved).
     max_requeues: time-limit requeues per job before submitit gives up (preemptions do not count).
     setup: shell lines run in the sbatch script before the job (e.g. ``module load cuda``).
     slurm_options: extra ``#SBATCH --key=value`` lines, as (key, value) pairs.
-    poll_s: local: seconds between checks of the running jobs.
+    poll_s: local and slurm with wait: seconds between checks of the running jobs.
     """
 
     cluster: str = "local"
@@ -183,7 +206,7 @@ class ClusterOptions:
     gpus: tuple[int, ...] | None = None
     time_hours: float | None = None
     partition: str | None = None
-    gpus_per_job: int = 1
+    gpus_per_job: int | None = None
     cpus_per_job: int | None = None
     mem_gb: float | None = None
     account: str | None = None
@@ -205,7 +228,7 @@ class ClusterOptions:
         if self.time_hours is not None and self.signal_delay_s >= self.time_hours * 3600:
             raise SweepError(f"--signal-delay-s {self.signal_delay_s} must be shorter than --time "
                              f"({self.time_hours * 3600:.0f} s)")
-        if self.signal_delay_s < 1 or self.max_requeues < 0 or self.gpus_per_job < 0:
+        if self.signal_delay_s < 1 or self.max_requeues < 0 or (self.gpus_per_job or 0) < 0:
             raise SweepError("--signal-delay-s must be >= 1, --max-requeues and --gpus-per-job >= 0")
         if self.poll_s <= 0:
             raise SweepError(f"poll_s = {self.poll_s} must be > 0 seconds")
@@ -275,7 +298,7 @@ def job_config(cfg: RunConfig, kind: str, *, eval_separately: bool, threads: int
 @dataclass(frozen=True)
 class JobResult:
     """One submitted job as the sweep saw it: ``status`` is a :class:`JobOutcome` status, "failed" (with
-    ``error``, one line) or "submitted" (slurm: the sweep does not wait)."""
+    ``error``, one line), "cancelled" (slurm: scancel) or "submitted" (slurm, when the sweep does not wait)."""
 
     name: str
     kind: str
@@ -301,6 +324,10 @@ class SweepReport:
     @property
     def failed(self) -> list[JobResult]:
         return [r for r in self.results if r.status == "failed"]
+
+    @property
+    def cancelled(self) -> list[JobResult]:
+        return [r for r in self.results if r.status == "cancelled"]
 
     def format(self) -> str:
         todo = [e for e in self.entries if e.jobs]
@@ -328,6 +355,8 @@ class SweepReport:
         if self.failed:
             lines.append(f"{len(self.failed)} job(s) failed; fix the cause and rerun the same command (finished runs "
                          "are skipped)")
+        if self.cancelled:
+            lines.append(f"{len(self.cancelled)} job(s) cancelled; rerun the same command to continue them")
         lines.append(f"watch with: diffmem status {self.experiment_dir}")
         return "\n".join(lines)
 
@@ -457,48 +486,179 @@ def _run_local(tasks: list[_Task], cfg_for: Callable[[_Task, str], RunConfig], e
     return results
 
 
-def slurm_parameters(options: ClusterOptions, job_name: str, dependency: str | None = None) -> dict[str, Any]:
-    """The SlurmExecutor parameters of a sweep's job array (submitit names; see ``sbatch --help``)."""
-    extra: dict[str, Any] = {"requeue": True}
+# --- slurm ------------------------------------------------------------------------------------------------------------
+
+DEFAULT_TIME_HOURS = 24.0
+DEFAULT_ARRAY_PARALLELISM = 256
+SBATCH_TIMEOUT_S = 120.0
+GPU_OPTION_KEYS = frozenset({"gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "tres-per-job",
+                             "tres-per-node", "tres-per-task"})
+"""Extra --slurm-option keys that request GPUs themselves; with one of them the sweep adds no GPU request."""
+EARLY_SIGNAL_ENV = "DIFFMEM_EARLY_SIGNAL"
+JOB_RUNNER = f"""
+import os, signal
+# Slurm may send the time-limit signal as the job starts (up to a minute early): until the handlers of
+# submitit are in place, only note it; RunJob then hands it to them
+preempt = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
+signal.signal(preempt, lambda sig, frame: os.environ.__setitem__("{EARLY_SIGNAL_ENV}", signal.Signals(sig).name))
+from submitit.core.submission import submitit_main
+submitit_main()
+"""
+"""What each job's srun runs (``python -u -c JOB_RUNNER <folder>``): submitit's job runner, which loads the task's
+pickled RunJob, installs the preemption handlers and stores the result; a preemption signal that arrives before
+those handlers is kept for :class:`RunJob` instead of killing the job."""
+
+
+def partition_has_gpus(partition: str | None) -> bool | None:
+    """Whether the nodes of ``partition`` (default: the cluster's default partition) have GPUs (a "gpu" generic
+    resource in ``sinfo``); None when Slurm cannot be asked or does not know the partition."""
+    done = slurm_command(["sinfo", "-h", "-o", "%P|%G"])
+    if done is None or done.returncode != 0:
+        return None
+    gres = []
+    for line in done.stdout.splitlines():
+        name, _, resources = line.strip().partition("|")
+        if (partition is None and name.endswith("*")) or (partition is not None and name.rstrip("*") == partition):
+            gres.append(resources)
+    if not gres:
+        return None
+    return any("gpu" in g.lower() for g in gres)
+
+
+def job_gpus(options: ClusterOptions, cfgs: list[RunConfig]) -> int:
+    """GPUs each Slurm job of these runs asks for (``--gpus-per-node``): ``options.gpus_per_job`` when set; 0 when
+    an extra slurm option requests GPUs itself (``gres=gpu:a100:1``, ``gpus=...``); else from ``train.device``:
+    0 for "cpu", 1 for "cuda" (or "cuda:N"), and for "auto" 1 unless the partition is known to have no GPUs."""
+    if options.gpus_per_job is not None:
+        return options.gpus_per_job
+    if any(key.replace("_", "-") in GPU_OPTION_KEYS for key, _ in options.slurm_options):
+        return 0
+    devices = {cfg.train.device for cfg in cfgs}
+    if devices and devices <= {"cpu"}:
+        return 0
+    if any(d.startswith("cuda") for d in devices):
+        return 1
+    return 0 if partition_has_gpus(options.partition) is False else 1
+
+
+def _time_min(options: ClusterOptions) -> int:
+    """The job time limit in whole minutes (Slurm's smallest is one)."""
+    return max(1, round((options.time_hours or DEFAULT_TIME_HOURS) * 60))
+
+
+def _mem(gb: float) -> str:
+    return f"{int(gb)}G" if float(gb).is_integer() else f"{max(1, round(gb * 1024))}M"
+
+
+def sbatch_options(n_jobs: int, options: ClusterOptions, folder: Path, job_name: str, gpus: int,
+                   dependency: str | None = None) -> list[tuple[str, str | None]]:
+    """The ``#SBATCH`` options of a sweep's job (array when n_jobs > 1), in script order; value None: a flag."""
+    log = "%A_%a" if n_jobs > 1 else "%j"
+    time_min = _time_min(options)
+    opts: list[tuple[str, str | None]] = [("job-name", job_name)]
+    if n_jobs > 1:
+        parallel = min(n_jobs, options.max_parallel or DEFAULT_ARRAY_PARALLELISM)
+        opts.append(("array", f"0-{n_jobs - 1}%{parallel}"))
+    opts += [("output", f"{folder}/{log}_0_log.out"), ("error", f"{folder}/{log}_0_log.err"),
+             ("open-mode", "append"), ("time", str(time_min)), ("signal", f"{submitit.JobEnvironment.USR_SIG}@{options.signal_delay_s}"),
+             ("requeue", None), ("nodes", "1"), ("ntasks-per-node", "1")]
+    for key, value in (("partition", options.partition), ("account", options.account), ("qos", options.qos),
+                       ("constraint", options.constraint)):
+        if value:
+            opts.append((key, value))
+    if gpus:
+        opts.append(("gpus-per-node", str(gpus)))
+    if options.cpus_per_job:
+        opts.append(("cpus-per-task", str(options.cpus_per_job)))
+    if options.mem_gb is not None:
+        opts.append(("mem", _mem(options.mem_gb)))
     if dependency:
-        extra["kill-on-invalid-dep"] = "yes"  # an evaluation whose training failed is dropped, not left pending
-    extra.update(dict(options.slurm_options))
-    params: dict[str, Any] = {
-        "job_name": job_name,
-        "time": int(round((options.time_hours or 24.0) * 60)),
-        "signal_delay_s": options.signal_delay_s,
-        "additional_parameters": extra,
-        "partition": options.partition,
-        "gpus_per_node": options.gpus_per_job or None,
-        "cpus_per_task": options.cpus_per_job,
-        "mem": None if options.mem_gb is None else f"{int(round(options.mem_gb))}GB",
-        "account": options.account,
-        "qos": options.qos,
-        "constraint": options.constraint,
-        "setup": list(options.setup) or None,
-        "dependency": dependency,
-    }
-    if options.max_parallel is not None:
-        params["array_parallelism"] = options.max_parallel
-    return {k: v for k, v in params.items() if v is not None}
+        opts += [("dependency", dependency), ("kill-on-invalid-dep", "yes")]  # an evaluation whose training failed
+    extra = dict(options.slurm_options)                                       # is dropped, not left pending
+    opts = [(k, extra.pop(k)) if k in extra else (k, v) for k, v in opts]  # an extra option replaces ours
+    opts += list(extra.items())
+    return opts
 
 
 def render_sbatch(n_jobs: int, options: ClusterOptions, experiment_dir: str | Path, job_name: str,
-                  dependency: str | None = None) -> str:
-    """The sbatch script SlurmExecutor submits for ``n_jobs`` jobs (an array when n_jobs > 1), built with
-    submitit's own ``_make_sbatch_string`` and submit command, without a cluster (submitit 1.5.4)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
+                  dependency: str | None = None, *, gpus: int | None = None) -> str:
+    """The sbatch script of ``n_jobs`` jobs of a sweep (an array when n_jobs > 1): what ``--dry-run`` prints and
+    what is submitted. ``gpus`` per job (default ``options.gpus_per_job``, else 1). Each job runs submitit's job
+    runner on the pickled task ``<folder>/<job id>_submitted.pkl``, through srun so that Slurm's USR2 reaches it."""
     folder = _submitit_folder(Path(experiment_dir))
-    command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
-    return _make_sbatch_string(command=command, folder=folder, map_count=n_jobs if n_jobs > 1 else None,
-                               **slurm_parameters(options, job_name, dependency))
+    if gpus is None:
+        gpus = 1 if options.gpus_per_job is None else options.gpus_per_job
+    lines = ["#!/bin/bash", f"# diffmem sweep: {n_jobs} job(s) of {Path(experiment_dir).absolute()}"]
+    for key, value in sbatch_options(n_jobs, options, folder, job_name, gpus, dependency):
+        lines.append(f"#SBATCH --{key}" if value in (None, "") else f"#SBATCH --{key}={value}")
+    if options.setup:
+        lines += ["", "# setup", *options.setup]
+    log = "%A_%a" if n_jobs > 1 else "%j"
+    srun = ["srun", "--unbuffered", "--output", f"{folder}/{log}_0_log.out", "--error", f"{folder}/{log}_0_log.err"]
+    python = [sys.executable, "-u", "-c", JOB_RUNNER, str(folder)]
+    lines += ["", "# the job: submitit's runner loads this task's pickled RunJob and runs it",
+              "export SUBMITIT_EXECUTOR=slurm", " ".join(shlex.quote(a) for a in srun + python), ""]
+    return "\n".join(lines)
 
 
-def _array_dependency(jobs: list[submitit.Job]) -> str:
+def _sbatch(script: str, folder: Path, what: str, gpus: int) -> str:
+    """Submit ``script`` with sbatch; the job id. A refusal is a SweepError with sbatch's own line."""
+    path = folder / f".{uuid.uuid4().hex}_submission.sh"
+    path.write_text(script)
+    try:
+        try:
+            done = subprocess.run(["sbatch", str(path)], capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired:
+            raise SweepError(f"sbatch did not answer in {SBATCH_TIMEOUT_S:.0f} s (is slurmctld up? `scontrol ping`)")
+        found = re.search(r"Submitted batch job (\d+)", done.stdout) or re.search(r"job (\d+)", done.stdout)
+        if done.returncode != 0 or not found:
+            said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+            message = said[-1] if said else f"exit code {done.returncode}"  # sbatch's last line says why
+            hint = ""
+            if gpus and re.search(r"gres|gpu", message, re.IGNORECASE):
+                hint = (f" (each job asks for {gpus} GPU(s): on a CPU-only partition pass --gpus-per-job 0 or "
+                        "--set train.device=\"cpu\")")
+            raise SweepError(f"sbatch refused {what}: {message}{hint}")
+        job_id = found.group(1)
+        forget_slurm_states()
+        path.rename(folder / f"{job_id}_submission.sh")
+        return job_id
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _submit_slurm_group(jobs: list[RunJob], options: ClusterOptions, experiment_dir: Path, job_name: str,
+                        gpus: int, dependency: str | None, what: str) -> list[str]:
+    """Pickle each job for submitit's runner, submit one sbatch script (an array when several) and put each pickle
+    where its task will look for it; the job ids ("<array>_<task>", or "<id>" for one job)."""
+    from submitit.core.utils import JobPaths
+
+    folder = _submitit_folder(experiment_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    time_min = _time_min(options)
+    pickles = []
+    try:
+        for job in jobs:
+            delayed = DelayedSubmission(job)
+            delayed.set_timeout(time_min, options.max_requeues)
+            path = folder / f".{uuid.uuid4().hex}.pkl"
+            delayed.dump(path)
+            pickles.append(path)
+        script = render_sbatch(len(jobs), options, experiment_dir, job_name, dependency, gpus=gpus)
+        array_id = _sbatch(script, folder, what, gpus)
+        ids = [f"{array_id}_{i}" for i in range(len(jobs))] if len(jobs) > 1 else [array_id]
+        for job_id, path in zip(ids, pickles):  # the runner waits up to 60 s for its pickle
+            path.rename(JobPaths(folder, job_id=job_id).submitted_pickle)
+        return ids
+    finally:
+        for path in pickles:
+            path.unlink(missing_ok=True)
+
+
+def _array_dependency(job_ids: list[str]) -> str:
     """Each evaluation task waits for its own training task (``aftercorr``; ``afterok`` for a single job)."""
-    first = str(jobs[0].job_id)
-    return f"aftercorr:{first.split('_')[0]}" if len(jobs) > 1 else f"afterok:{first}"
+    return f"aftercorr:{job_ids[0].split('_')[0]}" if len(job_ids) > 1 else f"afterok:{job_ids[0]}"
 
 
 def _slurm_groups(tasks: list[_Task]) -> list[tuple[str, list[_Task], bool]]:
@@ -515,30 +675,97 @@ def _slurm_groups(tasks: list[_Task]) -> list[tuple[str, list[_Task], bool]]:
     return groups
 
 
+def _slurm_job_name(experiment_dir: Path, kind: str) -> str:
+    return f"diffmem-{experiment_dir.name}" + ("-eval" if kind == "evaluate" else "")
+
+
 def _run_slurm(tasks: list[_Task], cfg_for: Callable[[_Task, str], RunConfig], experiment_dir: Path,
                options: ClusterOptions) -> list[JobResult]:
     """Submit one job array per group (see :func:`_slurm_groups`) and return without waiting."""
     folder = _submitit_folder(experiment_dir)
-    results, previous = [], None
+    results: list[JobResult] = []
+    previous: list[str] | None = None
     for kind, group, depends in _slurm_groups(tasks):
-        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=options.max_requeues)
-        name = f"diffmem-{experiment_dir.name}" + ("-eval" if kind == "evaluate" else "")
+        cfgs = [cfg_for(t, kind) for t in group]
+        gpus = job_gpus(options, cfgs)
         dependency = _array_dependency(previous) if depends and previous else None
-        executor.update_parameters(**slurm_parameters(options, name, dependency))
-        jobs = executor.submit_array([RunJob(cfg_for(t, kind), t.entry.run.path.absolute(), kind) for t in group])
-        for task, job in zip(group, jobs):
-            _record(_Task(task.entry, kind, ()), job, "slurm")
-            results.append(JobResult(task.entry.run.name, kind, str(job.job_id), "submitted",
-                                     log=str(job.paths.stdout)))
-        previous = jobs
+        jobs = [RunJob(cfg, t.entry.run.path.absolute(), kind) for cfg, t in zip(cfgs, group)]
+        ids = _submit_slurm_group(jobs, options, experiment_dir, _slurm_job_name(experiment_dir, kind), gpus,
+                                  dependency, f"the {len(group)} {kind} job(s)")
+        for task, job_id in zip(group, ids):
+            stdout, stderr = (str(folder / f"{job_id}_0_log.{ext}") for ext in ("out", "err"))
+            record_submission(task.entry.run.path, job_id=job_id, cluster="slurm", kind=kind,
+                              steps=task.entry.run.cfg.train.steps, stdout=stdout, stderr=stderr)
+            results.append(JobResult(task.entry.run.name, kind, job_id, "submitted", log=stdout))
+        previous = ids
     return results
+
+
+def _ended_slurm_job(submitted: JobResult, state: SlurmJobState | str | None, experiment_dir: Path) -> JobResult:
+    """The JobResult of a Slurm job that is no longer queued or running: its stored result, else Slurm's state."""
+    result = read_result(experiment_dir, submitted.job_id)
+    err_log = submitted.log[:-len(".out")] + ".err" if submitted.log and submitted.log.endswith(".out") else None
+    base = {"name": submitted.name, "kind": submitted.kind, "job_id": submitted.job_id}
+    if result is not None and result[0] == "success" and isinstance(result[1], JobOutcome):
+        return JobResult(**base, status=result[1].status, step=result[1].step, log=submitted.log)
+    if result is not None and result[0] == "error":
+        record = read_job(experiment_dir / submitted.name) or {}
+        error = record.get("error") if record.get("job_id") == submitted.job_id and record.get("outcome") == "failed" \
+            else result_error(experiment_dir, submitted.job_id)
+        return JobResult(**base, status="failed", error=error, log=err_log)
+    if isinstance(state, SlurmJobState) and state.state == "CANCELLED":
+        return JobResult(**base, status="cancelled", log=submitted.log)
+    if isinstance(state, SlurmJobState) and state.state != "COMPLETED":
+        return JobResult(**base, status="failed", error=slurm_failure(state, err_log), log=err_log)
+    why = slurm_log_reason(err_log)
+    return JobResult(**base, status="failed", log=err_log,
+                     error=f"Slurm: {why}" if why else "the job ended without a result (killed?); see its log")
+
+
+def wait_slurm(submitted: list[JobResult], experiment_dir: str | Path, *, poll_s: float = 5.0,
+               log: Callable[[str], None] = print, timeout_s: float | None = None) -> list[JobResult]:
+    """Follow submitted Slurm jobs until none is queued or running (a requeued job counts as queued), and return
+    what became of each: its result (done / evaluated / failed with the error line) or, for a job Slurm ended
+    without a result, "cancelled" or "failed" with Slurm's state (e.g. OUT_OF_MEMORY). Job states come from
+    :func:`diffmem.status.slurm_job_state` (``scontrol``, then ``sacct`` where there is an accounting database), so
+    this needs no slurmdbd and never waits on a job that Slurm no longer runs. ``timeout_s``: stop waiting then
+    (the jobs keep their "submitted" status)."""
+    experiment_dir = Path(experiment_dir)
+    pending = {r.job_id: r for r in submitted}
+    final: dict[str, JobResult] = {}
+    seen: dict[str, str] = {}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while pending:
+        for job_id, job in list(pending.items()):
+            state = slurm_job_state(job_id, fresh=True)
+            if state == UNREACHABLE:
+                if seen.get(job_id) != UNREACHABLE:
+                    log(f"{job.name} {job.kind} job {job_id}: Slurm does not answer; still waiting")
+                    seen[job_id] = UNREACHABLE
+                continue
+            if isinstance(state, SlurmJobState) and state.active:
+                if seen.get(job_id) != state.state:
+                    log(f"{job.name} {job.kind} job {job_id}: {state.state.lower()}")
+                    seen[job_id] = state.state
+                continue
+            result = _ended_slurm_job(job, state, experiment_dir)
+            final[job_id] = result
+            del pending[job_id]
+            log(f"{result.name} {result.kind} job {job_id}: {result.status}"
+                + (f": {result.error}" if result.error else ""))
+        if pending:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(poll_s)
+    return [final.get(r.job_id, r) for r in submitted]
 
 
 def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, options: ClusterOptions, *,
               eval_separately: bool = False, dry_run: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print) -> SweepReport:
-    """Plan the grid and run (debug, local: until every job ended) or submit (slurm: returns at once) the jobs of
-    every unfinished run. ``dry_run`` only plans (and renders the slurm scripts); it writes nothing."""
+              log: Callable[[str], None] = print, wait: bool = False) -> SweepReport:
+    """Plan the grid and run (debug, local: until every job ended) or submit (slurm: returns at once, or with
+    ``wait`` when every job has ended, see :func:`wait_slurm`) the jobs of every unfinished run. ``dry_run`` only
+    plans (and renders the slurm scripts); it writes nothing."""
     experiment_dir = Path(experiment_dir)
     entries = plan_sweep(base, sweep, experiment_dir, eval_separately=eval_separately)
     report = SweepReport(experiment_dir, options, entries, dry_run=dry_run)
@@ -548,7 +775,11 @@ def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, o
     if options.cluster == "local":
         gpus = options.gpus if options.gpus is not None else visible_gpus()
         parallel = options.max_parallel or len(gpus) or os.cpu_count() or 1
-    threads = max(1, (os.cpu_count() or 1) // parallel) if options.cluster == "local" else 0
+    threads = 0
+    if options.cluster == "local":
+        threads = max(1, (os.cpu_count() or 1) // parallel)
+    elif options.cluster == "slurm":  # the job's CPUs, not every core of its node
+        threads = options.cpus_per_job or _int_or(dict(options.slurm_options).get("cpus-per-task"), 1)
 
     def cfg_for(task: _Task, kind: str) -> RunConfig:
         return job_config(task.entry.run.cfg, kind, eval_separately=eval_separately, threads=threads)
@@ -556,17 +787,24 @@ def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, o
     if dry_run:
         if options.cluster == "slurm":
             for kind, group, depends in _slurm_groups(tasks):
-                name = f"diffmem-{experiment_dir.name}" + ("-eval" if kind == "evaluate" else "")
                 dependency = "aftercorr:<training array id>" if depends else None
-                title = (f"sbatch script for {len(group)} {kind} job(s)"
+                gpus = job_gpus(options, [cfg_for(t, kind) for t in group])
+                title = (f"sbatch script for {len(group)} {kind} job(s), {gpus} GPU(s) each"
                          + (", each after its training job" if depends else ""))
-                report.scripts.append((title, render_sbatch(len(group), options, experiment_dir, name, dependency)))
+                report.scripts.append((title, render_sbatch(len(group), options, experiment_dir,
+                                                            _slurm_job_name(experiment_dir, kind), dependency,
+                                                            gpus=gpus)))
         return report
-    if options.cluster == "slurm" and tasks and submitit.SlurmExecutor.affinity() <= 0:
-        raise SweepError("srun is not on PATH, so this is not a Slurm cluster; run on a login node, or add "
-                         "--dry-run to see the sbatch script")
+    if options.cluster == "slurm" and tasks and not (shutil.which("srun") and shutil.which("sbatch")):
+        raise SweepError("srun or sbatch is not on PATH, so this is not a Slurm cluster; run on a login node, or "
+                         "add --dry-run to see the sbatch script")
+    conf = os.environ.get("SLURM_CONF")
+    if options.cluster == "slurm" and tasks and conf and not os.path.exists(conf):
+        raise SweepError(f"SLURM_CONF={conf} does not exist; point it at the cluster's slurm.conf or unset it")
     record_plan(experiment_dir, {e.run.name: e.run.cfg.train.steps for e in entries})
-    if not tasks:
+    if options.cluster == "slurm" and wait:  # also follow the jobs of runs that are queued or running already
+        report.results = _followed_slurm_jobs(entries)
+    if not tasks and not report.results:
         return report
     if options.cluster == "debug":
         report.results = _run_debug(tasks, cfg_for, experiment_dir, progress, log)
@@ -574,5 +812,26 @@ def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, o
         longest_first = sorted(tasks, key=lambda t: -t.entry.run.cfg.train.steps)
         report.results = _run_local(longest_first, cfg_for, experiment_dir, options, gpus, parallel, log)
     else:
-        report.results = _run_slurm(tasks, cfg_for, experiment_dir, options)
+        submitted = _run_slurm(tasks, cfg_for, experiment_dir, options) if tasks else []
+        report.results += submitted
+        if wait:
+            for r in report.results:
+                log(f"{r.name} {r.kind}: " + (f"submitted as job {r.job_id}" if r in submitted else
+                                              f"following job {r.job_id}"))
+            report.results = wait_slurm(report.results, experiment_dir, poll_s=options.poll_s, log=log)
     return report
+
+
+def _followed_slurm_jobs(entries: list[SweepEntry]) -> list[JobResult]:
+    """The Slurm jobs of runs that a sweep skips because they are queued or running, as "submitted" results."""
+    followed = []
+    for e in entries:
+        if not e.jobs and e.status.state in ("queued", "running") and e.status.cluster == "slurm" and e.status.job_id:
+            subs = read_submissions(e.run.path)
+            kind = subs[-1]["kind"] if subs else "train"
+            followed.append(JobResult(e.run.name, kind, e.status.job_id, "submitted", log=e.status.log))
+    return followed
+
+
+def _int_or(text: str | None, default: int) -> int:
+    return int(text) if text and text.strip().isdigit() else default

@@ -37,7 +37,7 @@ from diffmem.config import ConfigError, RunConfig, continuation_diff, legacy_key
 from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
-from diffmem.evaluate import Evaluator
+from diffmem.evaluate import Evaluator, reference_set_size
 from diffmem.metrics.fid import resolve_extractor
 from diffmem.io import atomic_torch_save, atomic_write_json, atomic_write_text
 from diffmem.acceleration import autocast, memory_format, step_model
@@ -273,6 +273,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
         resolve_extractor(cfg.eval.fid_extractor, cfg.eval.fid_weights)
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
+    if cfg.eval.inline:
+        reference_set_size(cfg, splits)  # fail before anything is written
     with RunLock(run) as lock:
         check_same_config(cfg, run)
         if run.is_done() and not extends_budget(cfg, run):  # another process finished it while this one loaded data
@@ -399,8 +401,10 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
                 save_state()
                 if evaluator is not None and step not in evaluated:  # a rerun may have evaluated it already
                     e0 = time.perf_counter()
+                    early = step < cfg.train.steps  # at the last step of the budget training ends anyway
                     record = evaluator.evaluate(model, step, train_s=round(train_seconds(), 3),
-                                                annotate=lambda r: _stop_annotation(run, r, cfg.eval.stop_f_mem))
+                                                annotate=lambda r: _stop_annotation(run, r, cfg.eval.stop_f_mem)
+                                                if early else {})
                     evaluated.add(step)
                     eval_seconds += time.perf_counter() - e0
                     model.train()

@@ -1,6 +1,6 @@
 """Every bad input is one line on stderr naming what to do, exit 2, nothing half-written and no run marked done.
 
-One row per bad input; the README's "Errors" section lists the same cases.
+One row per bad input; docs/commands.md ("Errors") lists the same cases.
 """
 import json
 

@@ -16,9 +16,9 @@ from torchvision.transforms.functional import pil_to_tensor
 
 import diffmem.data.prepare as prepare_module
 from diffmem.config import DataConfig
-from diffmem.data import (DataError, ImageSet, Splits, embedded_digits, embedded_lfw_faces, load_images,
-                          load_prepared, make_splits, manifest_path_for, prepare_celeba, tensor_sha256, to_model,
-                          to_pixels, to_uint8)
+from diffmem.data import (DataError, ImageSet, Splits, default_heldout, embedded_digits, embedded_lfw_faces,
+                          load_images, load_prepared, make_splits, manifest_path_for, prepare_celeba, tensor_sha256,
+                          to_model, to_pixels, to_uint8)
 
 
 def torchvision_reference(path: Path, size: int) -> torch.Tensor:
@@ -366,6 +366,25 @@ def test_splits_are_deterministic_and_the_mean_is_the_train_sets_scalar_mean():
     assert a.mean.shape == (1, 16, 16) and a.mean.dtype == torch.float32
     expected = faces.images[32:48].double().mean() / 255
     assert torch.allclose(a.mean, torch.full((1, 16, 16), float(expected)), atol=1e-6)
+
+
+@pytest.mark.parametrize("total, expected", [(100, 50), (1797, 898), (202599, 50000), (3, 1)])
+def test_the_default_heldout_pool_is_half_the_source_at_most_50000(total, expected):
+    assert default_heldout(total) == expected
+    splits = make_splits(indexed_image_set(total), DataConfig(source="digits", n=1))  # n_heldout = 0: the default
+    assert splits.heldout_range == (total - expected, total) and len(splits.heldout) == expected
+
+
+def test_the_embedded_sources_work_without_a_heldout_override():
+    digits = make_splits(embedded_digits(8), DataConfig(source="digits", n=512, image_size=8))
+    assert len(digits.heldout) == 898 and len(digits.train) == 512
+    faces = make_splits(embedded_lfw_faces(16), DataConfig(source="lfw_faces", n=32, image_size=16))
+    assert len(faces.heldout) == 50 and len(faces.train) == 32
+
+
+def test_a_default_pool_too_small_for_n_says_how_to_change_it():
+    with pytest.raises(DataError, match=r"chosen by the source: set data.n_heldout"):
+        make_splits(embedded_lfw_faces(16), DataConfig(source="lfw_faces", n=64, image_size=16))
 
 
 @pytest.mark.parametrize("changes, message", [

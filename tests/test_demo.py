@@ -1,30 +1,57 @@
-"""`diffmem demo --quick` end to end: trains the demo grid, analyzes it, prints the report; a rerun resumes."""
+"""`diffmem demo`: the quick demo end to end through the sweep's local executor, its report (no machine paths,
+whole steps), the advice check against a straight run, and Ctrl-C then rerun."""
 import csv
+import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
-from diffmem.cli import demo_config_path, main
-from diffmem.config import load_config
-from diffmem.demo import QUICK
+import pytest
+
+from diffmem.analysis.advise import advise
+from diffmem.analysis.runfiles import read_metrics
+from diffmem.analysis.scaling import analyze
+from diffmem.analysis.synthetic import write_synthetic_experiment
+from diffmem.analysis.timescales import Estimate
+from diffmem.cli import main
+from diffmem.config import demo_config_path, load_config
+from diffmem.demo import QUICK, AdviceCheck, check_advice, report
+from diffmem.experiment import PlannedRun
+from diffmem.train import train
+from tiny_runs import tiny_config
+
+
+def _no_machine_paths(text: str, *folders) -> None:
+    for folder in folders:
+        assert str(folder) not in text
+    assert not re.search(r"(^|[\s(])/(tmp|home|root|work|Users)/", text)
 
 
 def test_quick_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 0
-    report = capsys.readouterr().out
+    printed = capsys.readouterr().out
     _, sweep = load_config(demo_config_path())
-    assert "tau_mem vs N" in report and f"Advice for N = {max(sweep.n)}" in report and "figures:" in report
+    assert "tau_mem vs N" in printed and f"Advice for N = {max(sweep.n)}" in printed and "Check:" in printed
+    assert f"files in {out}" in printed  # the folder is printed to the terminal only
+    written = (out / "report.txt").read_text()
+    assert written.strip() in printed
+    _no_machine_paths(written, out, tmp_path)
     with open(out / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert sorted(int(r["n"]) for r in rows) == sorted(sweep.n)
     assert all(int(r["steps"]) == QUICK["steps_per_n"] * int(r["n"]) for r in rows)
     assert all(r["state"] == "done" for r in rows)
-    assert (out / "fits.json").stat().st_size > 0
+    for row in rows:  # the table shows each run's last step as a whole number
+        assert re.search(rf"^{row['n']}\s+8\s+\d+\s+{int(row['steps'])}\s", written, re.M)
+    assert (out / "fits.json").stat().st_size > 0 and str(tmp_path) not in (out / "fits.json").read_text()
     for name in ("window_w08", "collapse", "scaling", "loss_gap"):
         assert (out / "figures" / f"{name}.png").stat().st_size > 0
+    # every run went through the sweep's local executor: a submitit job id is recorded in each run folder
+    assert all((out / r["run"] / "submissions.json").exists() for r in rows)
     # rerunning finds every run done and only redoes the analysis: no run folder changes
     runs = sorted(p for p in out.iterdir() if (p / "config.json").exists())
     before = {p.name: ((p / "state.pt").stat().st_mtime_ns, (p / "metrics.jsonl").read_text()) for p in runs}
@@ -33,15 +60,63 @@ def test_quick_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert {p.name: ((p / "state.pt").stat().st_mtime_ns, (p / "metrics.jsonl").read_text()) for p in runs} == before
 
 
+def test_the_report_names_no_machine_path_and_prints_whole_steps(tmp_path):
+    # planted laws with an open window at N = 1024 (tau_gen 1e5 flat, tau_mem = 300 N 32 / W)
+    write_synthetic_experiment(tmp_path, [256, 512, 1024], widths=(32,), steps=2_000_000)
+    summary = analyze(tmp_path, figures=False)
+    advice = advise(1024, 32, tmp_path / "fits.json")
+    assert str(tmp_path) in advice.laws  # advise names its source; the demo's report must not
+    check = AdviceCheck(run="advice_check/n01024_w32_s0", step=round(advice.stop_step), f_mem=0.0, n_samples=256,
+                        quality=30.5, plateau_level=31.5, metric="FD (diffmem-pixels)")
+    text = report(summary, [dataclasses.replace(advice, laws="the laws fitted in fits.json")], check, 61.0)
+    _no_machine_paths(text, tmp_path)
+    assert "advice verified" in text and f"step {check.step} and stopped there" in text
+    for r in summary.runs:
+        assert re.search(rf"^{r.n}\s+32\s+\d+\s+{int(r.steps)}\s", text, re.M)
+    assert not re.search(r"\d\.0\b", text.split("\n\n")[0])  # no float steps in the table
+
+
+@pytest.mark.parametrize("f_mem, quality, passed, says", [
+    (0.0, 1.0, True, "advice verified"),
+    (0.01, 1.0, False, "copies training images"),
+    (0.0, 2.5, False, "off the plateau"),
+])
+def test_the_advice_check_needs_no_copies_and_a_plateau_quality(f_mem, quality, passed, says):
+    check = AdviceCheck("advice_check/x", 100, f_mem, 100, quality, 2.0, "FD (x)")
+    assert check.passed is passed and says in check.format()
+
+
+def test_the_advice_check_is_the_straight_run_stopped_at_that_step(tmp_path):
+    # a grid run evaluated at steps 5, 20, 60; advice = stop at 20: the check trains a fresh folder to 20 and must
+    # find the model the grid run had there (training is deterministic, evaluation is seeded)
+    cfg = tiny_config("eval.times=[5, 20, 60]", "train.num_threads=1")
+    grid_run = PlannedRun("n00008_w08_s0", cfg, tmp_path / "n00008_w08_s0")
+    train(cfg, grid_run.path, progress=False, log=lambda _m: None)
+    at_20 = next(r for r in read_metrics(grid_run.path / "metrics.jsonl") if r["step"] == 20)
+    advice = advise(8, 8)  # the paper's laws: only its stop step is used, replaced below
+    advice = dataclasses.replace(advice, stop_step=20.4)
+    plateau = Estimate(10.0, 5.0, 15.0, False, "planted", level=at_20["fid"] + 1e-9)
+    check = check_advice(advice, grid_run, tmp_path, plateau)
+    assert check.run == "advice_check/n00008_w08_s0" and check.step == 20
+    assert check.f_mem == at_20["f_mem"] and check.quality == pytest.approx(at_20["fid"], rel=1e-9, abs=1e-9)
+    assert check.on_plateau
+    assert not (tmp_path / "advice_check" / "config.json").exists()  # not a run of the experiment
+    again = check_advice(advice, grid_run, tmp_path, plateau)  # a finished check is read back
+    assert again == check
+
+
 def test_ctrl_c_stops_the_demo_with_state_saved_and_a_rerun_finishes(tmp_path):
     out = tmp_path / "demo"
-    # two of the demo's four N: the interruption and the rerun are under test here, not the grid
-    command = [sys.executable, "-m", "diffmem.cli", "demo", "--quick", "--no-progress", "--out", str(out),
-               "--set", "sweep.n=[8,12]"]
+    # two N with budgets long enough to be interrupted mid-run: the interruption and the rerun are under test here
+    small = ["sweep.n=[16, 24]", "sweep.steps_per_n=30", "sweep.min_steps=0", "eval.times=4", "eval.n_samples=32",
+             "eval.sampler_steps=10", "eval.fid_boot=0", "eval.checkpoint_ratio=0", "eval.refine_ratio=0",
+             "eval.stop_f_mem=0"]
+    command = [sys.executable, "-m", "diffmem.cli", "demo", "--no-progress", "--out", str(out),
+               *[arg for s in small for arg in ("--set", s)]]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.time() + 120
-    while not list(out.glob("*/checkpoints")) and time.time() < deadline:  # the first runs are training
+    while not list(out.glob("*/state.pt")) and time.time() < deadline:  # the first runs are training
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     stdout, _ = proc.communicate(timeout=120)

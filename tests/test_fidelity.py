@@ -242,8 +242,11 @@ def test_evaluation_records_the_mean_and_spread_over_disjoint_reference_sets(tmp
 
 # --- old run folders and the paper file -------------------------------------------------------------------------------
 
+OLD_RUN = ROOT / "tests" / "fixtures" / "run_diffmem_0.1"  # run n00008_w08_s0 of the faces demo, written by diffmem 0.1
+OLD_DEMO = ROOT / "tests" / "fixtures" / "lfw_faces_demo_0.2.toml"  # that demo's experiment file in diffmem 0.2
+
 def test_a_run_folder_written_before_the_conventions_reads_as_trained_and_names_the_changed_keys(tmp_path):
-    old = ROOT / "results" / "demo" / "n00008_w08_s0"  # written by diffmem 0.1
+    old = OLD_RUN
     stored = json.loads((old / "config.json").read_text())["config"]
     assert "dropout_type" not in stored["model"]
     cfg = config_from_dict(stored)
@@ -252,7 +255,7 @@ def test_a_run_folder_written_before_the_conventions_reads_as_trained_and_names_
     run = tmp_path / "old"
     shutil.copytree(old, run)
     (run / "done").unlink()
-    demo, sweep = load_config(ROOT / "experiments" / "demo.toml", ["data.n=8", "train.steps=5200"])
+    demo, sweep = load_config(OLD_DEMO, ["data.n=8", "train.steps=5200"])
     with pytest.raises(RunConfigMismatch, match=r"model\.dropout_type: 'element' -> 'channel'.*--set "
                                                 r"model\.dropout_type=\"element\""):
         check_same_config(demo, RunDir(run))
@@ -262,9 +265,9 @@ def test_a_run_folder_written_before_the_conventions_reads_as_trained_and_names_
 
 def test_a_rerun_of_an_old_folder_with_todays_defaults_is_one_line_exit_2(tmp_path, capsys):
     run = tmp_path / "old"
-    shutil.copytree(ROOT / "results" / "demo" / "n00008_w08_s0", run)
+    shutil.copytree(OLD_RUN, run)
     (run / "done").unlink()
-    code = main(["train", str(ROOT / "experiments" / "demo.toml"), "--set", "data.n=8", "--set", "train.steps=5200",
+    code = main(["train", str(OLD_DEMO), "--set", "data.n=8", "--set", "train.steps=5200",
                  "--out", str(run), "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "model.time_act: 'silu' -> 'gelu'" in err

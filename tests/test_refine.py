@@ -108,3 +108,26 @@ def test_an_early_stop_ends_training_says_so_and_survives_a_crash_before_done(tm
     run.done_path.unlink()  # as if the process died after the stop's metrics line, before `done`
     again = train(cfg, run.path, progress=False, log=lambda s: None)
     assert again.step == 20 and [r["step"] for r in run.metrics()] == [10, 20]
+
+
+def test_a_stop_rule_met_at_the_last_step_is_not_an_early_stop(tmp_path, monkeypatch):
+    # the budget ends at 60 anyway: the record and done file must not claim an early stop (an extension continues)
+    cfg = tiny_config("eval.times=[10, 20, 40, 60]", "eval.stop_f_mem=0.5")
+    monkeypatch.setattr(diffmem.train, "stop_reason",
+                        lambda records, f: "planted" if max(r["step"] for r in records) >= 60 else None)
+    run = RunDir(tmp_path / "run")
+    assert train(cfg, run.path, progress=False, log=lambda s: None).step == 60
+    assert not any(r.get("stop") for r in run.metrics()) and "stopped early" not in run.done_path.read_text()
+
+
+def test_evaluate_kept_densifies_a_finished_run_with_every_kept_checkpoint(tmp_path):
+    from diffmem.cli import main
+    cfg = tiny_config("eval.times=[5, 60]", "eval.checkpoint_ratio=1.5", "train.num_threads=1")
+    run = RunDir(tmp_path / "run")
+    train(cfg, run.path, progress=False, log=lambda s: None)
+    keep = kept_steps([5, 60], 1.5)
+    assert sorted(r["step"] for r in run.metrics()) == [5, 60] and set(keep) <= set(run.checkpoint_steps())
+    assert main(["evaluate", str(run.path)]) == 0  # the grid is evaluated: nothing to do without --kept
+    assert sorted(r["step"] for r in run.metrics()) == [5, 60]
+    assert main(["evaluate", str(run.path), "--kept"]) == 0
+    assert sorted(r["step"] for r in run.metrics()) == sorted([5, 60] + keep)

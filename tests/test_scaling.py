@@ -11,7 +11,8 @@ import pytest
 from diffmem.analysis import analyze
 from diffmem.analysis.advise import AdviceError, advise
 from diffmem.analysis.runfiles import RunFolderError, read_csv, read_run
-from diffmem.analysis.scaling import (FIT_NAMES, SUMMARY_COLUMNS, AnalysisError, FitSet, fit_power_law, load_fits)
+from diffmem.analysis.powerlaw import FIT_NAMES, AnalysisError, FitSet, fit_power_law, load_fits
+from diffmem.analysis.scaling import SUMMARY_COLUMNS
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
 
 CONTRACT_COLUMNS = ["run", "n", "width", "params", "seed", "steps", "tau_gen", "tau_gen_lo", "tau_gen_hi", "tau_mem",
@@ -202,3 +203,30 @@ def test_advise_rejects_bad_input(planted):
         advise(128, 0)
     with pytest.raises(AdviceError, match="lacks"):
         advise(128, 32, {"tau_mem_vs_n": {}})
+
+
+def test_summary_reports_the_quality_noise_against_its_fall(tmp_path):
+    # a planted plateau at 1e4 with 2% noise on FID 30 (sigma 0.6), never memorizing, 80 evaluations up to 1e6
+    write_synthetic_run(tmp_path / "n00128_w32_s0", n=128, width=32, steps=1_000_000, tau_gen=1e4, tau_mem=None,
+                        n_evals=80, fid_noise=0.02)
+    (run,) = analyze(tmp_path, figures=False).runs
+    assert run.tau_gen.noise == pytest.approx(0.6, rel=0.4)
+    assert run.fid_first == pytest.approx(30 * (1 + 5 * 4), rel=0.1)  # first evaluation at step 1: 4 decades early
+    assert run.fid_noise_to_fall == pytest.approx(run.tau_gen.noise / (run.fid_first - run.min_fid))
+    assert run.fid_noise_to_fall < 0.002
+    with open(tmp_path / "summary.csv") as f:
+        row = next(csv.DictReader(f))
+    assert float(row["fid_noise_to_fall"]) == pytest.approx(run.fid_noise_to_fall) and row["steps"] == "1000000"
+
+
+def test_advice_from_one_runs_measured_window():
+    from diffmem.analysis.advise import advise_measured
+    from diffmem.analysis.timescales import Estimate
+    gen, mem = Estimate(500, 468, 662, False, "r"), Estimate(1743, 1591, 1909, False, "r")
+    a = advise_measured(32, 8, gen, mem, "n00032_w08_s0")
+    assert a.window == "open" and a.stop_step == pytest.approx(math.sqrt(662 * 1591))
+    assert "measured in n00032_w08_s0" in a.format()
+    censored = advise_measured(32, 8, gen, Estimate(8000, 8000, None, True, "never"), "r")
+    assert censored.window == "unknown" and not censored.tau_mem.known
+    overlapping = advise_measured(32, 8, Estimate(500, 400, 1700, False, "r"), mem, "r")
+    assert overlapping.window == "unresolved" and overlapping.warnings

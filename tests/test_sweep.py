@@ -1,5 +1,6 @@
 """Sweeps through submitit: debug and local executors on a 2x2 grid of tiny runs, a failing grid point, preemption
-with requeue and exact resume, the slurm sbatch script (dry run, and submitted to a stand-in sbatch), status."""
+with requeue and exact resume, the slurm sbatch script (dry run, and submitted to a stand-in sbatch), status.
+A real Slurm cluster: tests/test_slurm.py."""
 import json
 import os
 import signal
@@ -167,19 +168,27 @@ def test_sigint_stops_a_job_with_its_state_saved_and_nothing_requeued(tmp_path):
     assert run_status(run.path).state == "partial"
 
 
-def test_slurm_dry_run_prints_the_job_array_script_and_writes_nothing(tmp_path, capsys):
+def test_slurm_dry_run_prints_the_job_array_script_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no_cluster.conf"))  # sinfo cannot answer: no cluster here
     exp = tmp_path / "paper"
     argv = ["sweep", str(PAPER_GRID), "--cluster", "slurm", "--dry-run", "--out", str(exp), "--max-parallel", "4",
-            "--partition", "gpu", "--time", "48", "--signal-delay-s", "600", "--setup", "module load cuda",
-            "--slurm-option", "gres=gpu:a100:1"]
-    assert main(argv) == 0
+            "--partition", "gpu", "--time", "48", "--signal-delay-s", "600", "--setup", "module load cuda"]
+    assert main(argv + ["--slurm-option", "gres=gpu:a100:1"]) == 0
     out = capsys.readouterr().out
     assert out.count(" new ") == 9 and str(exp / "n32768_w32_s0") in out
     for line in ["#SBATCH --array=0-8%4", "#SBATCH --signal=USR2@600", "#SBATCH --time=2880",
-                 "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=1", "#SBATCH --requeue",
-                 "#SBATCH --gres=gpu:a100:1", f"#SBATCH --output={exp / SUBMITIT_DIR}/%A_%a_0_log.out",
-                 "module load cuda", f"-u -m submitit.core._submit {exp / SUBMITIT_DIR}"]:
+                 "#SBATCH --partition=gpu", "#SBATCH --requeue", "#SBATCH --gres=gpu:a100:1",
+                 f"#SBATCH --output={exp / SUBMITIT_DIR}/%A_%a_0_log.out", "module load cuda",
+                 "submitit_main()", f"' {exp / SUBMITIT_DIR}", "0 GPU(s) each"]:
         assert line in out
+    assert "--gpus-per-node" not in out  # the explicit gres is the GPU request
+    # without one: train.device = auto asks for a GPU where the partition cannot be asked; cpu asks for none
+    assert main(argv) == 0
+    assert "#SBATCH --gpus-per-node=1" in capsys.readouterr().out
+    assert main(argv + ["--set", 'train.device="cpu"']) == 0
+    assert "--gpus-per-node" not in capsys.readouterr().out
+    assert main(argv + ["--set", 'train.device="cpu"', "--gpus-per-job", "2"]) == 0
+    assert "#SBATCH --gpus-per-node=2" in capsys.readouterr().out
     assert not exp.exists()
     # finished runs leave the array: two done runs -> 7 tasks
     for name in ("n00128_w32_s0", "n00256_w32_s0"):
@@ -198,6 +207,8 @@ def test_slurm_submission_matches_the_dry_run_and_records_job_ids(tmp_path, monk
     scripts = tmp_path / "submitted"
     scripts.mkdir()
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    for name in ("scontrol", "sacct", "sinfo"):  # no controller to ask, as off a cluster
+        (bin_dir / name).write_text("#!/bin/sh\necho 'Unable to contact slurm controller' >&2; exit 1\n")
     (bin_dir / "sbatch").write_text(
         "#!/bin/sh\n"
         f'n=$(cat "{scripts}/count" 2>/dev/null || echo 4241); n=$((n+1)); echo $n > "{scripts}/count"\n'
@@ -213,7 +224,7 @@ def test_slurm_submission_matches_the_dry_run_and_records_job_ids(tmp_path, monk
         ("n00004_w08_s0", "train", "4242_0", "submitted"), ("n00008_w08_s0", "train", "4242_1", "submitted"),
         ("n00004_w08_s0", "evaluate", "4243_0", "submitted"), ("n00008_w08_s0", "evaluate", "4243_1", "submitted")]
     train_script = (scripts / "4242.sh").read_text()
-    assert train_script == render_sbatch(2, options, exp, "diffmem-exp")
+    assert train_script == render_sbatch(2, options, exp, "diffmem-exp", gpus=0)  # train.device = cpu: no GPU
     assert "#SBATCH --array=0-1%1" in train_script and "#SBATCH --signal=USR2@300" in train_script
     eval_script = (scripts / "4243.sh").read_text()
     assert "#SBATCH --dependency=aftercorr:4242" in eval_script and "#SBATCH --kill-on-invalid-dep=yes" in eval_script
@@ -222,7 +233,7 @@ def test_slurm_submission_matches_the_dry_run_and_records_job_ids(tmp_path, monk
                                                                       ("4243_1", "evaluate", "slurm")]
     assert subs[0]["stdout"] == str(exp / SUBMITIT_DIR / "4242_1_0_log.out")
     assert json.loads((exp / "sweep.json").read_text())["runs"] == {"n00004_w08_s0": 20, "n00008_w08_s0": 20}
-    rows = experiment_status(exp)  # no sacct here: submitted jobs that have not started are queued
+    rows = experiment_status(exp)  # Slurm cannot be asked: submitted jobs that have not started are queued
     assert [(r.name, r.state, r.job_id) for r in rows] == [("n00004_w08_s0", "queued", "4243_0"),
                                                            ("n00008_w08_s0", "queued", "4243_1")]
     # resubmitting while they are queued submits nothing
@@ -236,7 +247,8 @@ def test_slurm_submission_matches_the_dry_run_and_records_job_ids(tmp_path, monk
     (["status", "OUT"], "does not exist"),
 ])
 def test_bad_sweep_input_is_one_line_exit_2(argv, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no srun
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no srun (nor any Slurm command)
     config = tmp_path / "c.toml"
     config.write_text("[sweep]\nn = [4]\n")
     argv = [str(config) if a == "CONFIG" else str(tmp_path / "out") if a == "OUT" else a for a in argv]

@@ -116,6 +116,14 @@ def test_tau_gen_finds_the_plateau_of_a_clean_curve():
     i = int(np.searchsorted(STEPS, est.value))
     assert (est.lo, est.hi) == (STEPS[i - 1], STEPS[i])  # no noise: the interval is the bracket of evaluations
     assert est.measured
+    assert est.level == pytest.approx(30.0 * 1.05)  # the plateau band's upper edge: m + 5% of m, FID units
+
+
+def test_tau_gen_level_is_the_band_the_noise_widened():
+    se = np.full(STEPS.size, 3.0)
+    est = tau_gen(STEPS, _fid_curve(1e4), se=se)
+    assert est.level == pytest.approx(30.0 + 3 * 3.0)  # m + z * sigma, sigma = the given standard error
+    assert tau_mem(STEPS, *_f_mem_run(1e4)).level is None
 
 
 def test_tau_gen_with_noise_stays_near_the_plateau_and_brackets_it():

@@ -7,6 +7,9 @@ steps (the f_mem curves collapse against tau / N and rise at tau / N ~ 300); bot
 tau_gen = 1e5 * 32 / W and tau_mem = 300 * N * 32 / W. The paper gives no interval for these laws, so their
 predictions carry none.
 
+:func:`advise_measured` applies the same rule to the timescales one run measured (its own brackets, no law): the
+step at which that run, or a repeat of it, should stop.
+
 Which fitted law predicts (first that applies):
 - tau_mem: ``tau_mem_vs_n`` of width W; else ``tau_mem_vs_n_over_width`` at N / W (assumes tau_mem depends on N / W
   only, as in the paper, when W was not measured).
@@ -14,7 +17,7 @@ Which fitted law predicts (first that applies):
   else the pooled ``tau_gen_vs_n`` measured at a single width W0, rescaled by W0 / W (the paper's 1 / W law).
 An x outside the fitted range gives an extrapolation warning.
 
-Stopping rule (the README copies it), with [lo, hi] the predictions' 95% intervals:
+Stopping rule (docs/analysis.md copies it), with [lo, hi] the predictions' 95% intervals:
 - window open (tau_gen_hi < tau_mem_lo): stop at sqrt(tau_gen_hi * tau_mem_lo), the log-midpoint of the part of the
   window that both intervals agree on: FID has plateaued and memorization has not started, with a margin of
   sqrt(tau_mem_lo / tau_gen_hi) on each side.
@@ -29,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from diffmem.analysis.scaling import FIT_NAMES, FitSet, PowerLawFit, load_fits
+from diffmem.analysis.powerlaw import FIT_NAMES, FitSet, PowerLawFit, load_fits
+from diffmem.analysis.timescales import Estimate
 
 PAPER_SOURCE = ("paper laws (Bonnaire et al. 2025, arXiv 2505.17638; CelebA 32x32 grayscale, U-Net, SGD momentum "
                 "0.95, lr 0.01, batch min(N, 512)): tau_gen ~ 1e5 * 32/W steps, tau_mem ~ 300 * N * 32/W steps")
@@ -189,7 +193,7 @@ def advise(n: int, width: int, fits: Mapping[str, Any] | str | Path | None = Non
     """Predicted tau_gen and tau_mem for training set size ``n`` and base width ``width``, and when to stop.
 
     ``fits``: None (the paper's laws), a path to fits.json or to an experiment folder holding it, the parsed
-    fits.json dict, or the result of :func:`diffmem.analysis.scaling.load_fits`.
+    fits.json dict, or the result of :func:`diffmem.analysis.powerlaw.load_fits`.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise AdviceError(f"n = {n!r} must be an integer >= 2 (training images)")
@@ -203,6 +207,24 @@ def advise(n: int, width: int, fits: Mapping[str, Any] | str | Path | None = Non
         fit_sets, laws = _resolve_fits(fits)
         tau_gen = _predict_tau_gen(fit_sets, n, width, warnings)
         tau_mem = _predict_tau_mem(fit_sets, n, width, warnings)
+    return _advice(n, width, tau_gen, tau_mem, laws, warnings)
+
+
+def advise_measured(n: int, width: int, tau_gen: Estimate, tau_mem: Estimate, run: str) -> Advice:
+    """The same stopping rule applied to the timescales measured in one run (``tau_gen``/``tau_mem`` from
+    :mod:`diffmem.analysis.timescales`, each with its bracket), for continuing or repeating that run: no law, no
+    extrapolation. A censored or missing estimate counts as unknown (a bound is not a window edge)."""
+    def measured(e: Estimate, name: str) -> Prediction:
+        if not e.measured:
+            return Prediction(None, None, None, f"{name} not measured in {run}")
+        return Prediction(e.value, e.lo, e.hi, f"measured in {run}")
+
+    return _advice(n, width, measured(tau_gen, "tau_gen"), measured(tau_mem, "tau_mem"),
+                   f"the timescales measured in {run}", [])
+
+
+def _advice(n: int, width: int, tau_gen: Prediction, tau_mem: Prediction, laws: str,
+            warnings: list[str]) -> Advice:
     window, stop, rule = stopping_step(tau_gen, tau_mem)
     if window == "empty":
         warnings.insert(0, f"no generalization window for N = {n}, W = {width}: memorization is predicted at "

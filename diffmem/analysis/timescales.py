@@ -9,7 +9,7 @@ A *censored* estimate is a bound, not a measurement: when ``hi`` is None the val
 happen by the last evaluation), when ``lo`` is None it is an upper bound (the event had already happened at the first
 evaluation). Censored estimates are reported but never fitted.
 
-Definitions (the README copies them):
+Definitions (docs/analysis.md copies them):
 
 - **tau_mem** (:func:`tau_mem`). An evaluation is *memorized* when the lower end of the 95% confidence interval of
   f_mem exceeds ``floor`` (default 0): ``f_mem_lo > floor``; it is *clean* when the upper end is at most ``floor``
@@ -72,7 +72,9 @@ class Estimate:
     """One timescale in optimizer steps, with its interval and the rule that produced it.
 
     ``value`` is None when the data cannot define it (e.g. no FID recorded); ``rule`` then says why. ``censored``
-    marks a bound: ``hi`` None -> lower bound, ``lo`` None -> upper bound.
+    marks a bound: ``hi`` None -> lower bound, ``lo`` None -> upper bound. For tau_gen only (None otherwise):
+    ``level``, the upper edge of the plateau band ``m + band`` in the metric's units (a model is on the plateau when
+    its FID is at or below it), and ``noise``, the plateau's noise ``sigma`` in the same units.
     """
 
     value: float | None
@@ -80,6 +82,8 @@ class Estimate:
     hi: float | None
     censored: bool
     rule: str
+    level: float | None = None
+    noise: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -122,7 +126,7 @@ def _log_between(a: float, b: float, u: float) -> float:
     return float(a * (b / a) ** u)
 
 
-def _first_crossing_down(steps: np.ndarray, y: np.ndarray, level: float) -> float | None:
+def first_crossing_down(steps: np.ndarray, y: np.ndarray, level: float) -> float | None:
     """Step at which ``y`` (linear in log time between evaluations) first falls to ``level``; None if never."""
     below = np.flatnonzero(y <= level)
     if below.size == 0:
@@ -261,14 +265,15 @@ def tau_gen(steps: Sequence[float], fid: Sequence[float | None], lo: Sequence[fl
     if first_in == 0:
         first = float(s[0])
         return Estimate(first, None, first, True,
-                        f"on the plateau already at the first evaluation (upper bound); {rule}")
-    value = _first_crossing_down(s, y, level)
+                        f"on the plateau already at the first evaluation (upper bound); {rule}", level, sigma)
+    value = first_crossing_down(s, y, level)
     if s.size - first_in < 3:
         return Estimate(value, value, None, True, f"fewer than 3 evaluations on the plateau, FID may still fall "
-                                                  f"(lower bound); {rule}")
-    lower = min(_first_crossing_down(s, y_lo, level), float(s[first_in - 1]))
-    upper = _first_crossing_down(s, y_hi, level)
-    return Estimate(value, lower, None if upper is None else max(upper, float(s[first_in])), False, rule)
+                                                  f"(lower bound); {rule}", level, sigma)
+    lower = min(first_crossing_down(s, y_lo, level), float(s[first_in - 1]))
+    upper = first_crossing_down(s, y_hi, level)
+    return Estimate(value, lower, None if upper is None else max(upper, float(s[first_in])), False, rule, level,
+                    sigma)
 
 
 # --- tau_gap --------------------------------------------------------------------------------------------------------

@@ -7,6 +7,9 @@ Sources (``DataConfig.source``) and their fixed orderings:
 * ``lfw_faces``: scikit-image's first 100 LFW faces; ``digits``: scikit-learn's 1797 digits; the packages' order
   (``diffmem.data.embedded``).
 
+The last ``data.n_heldout`` images of the ordering are held out; 0 (the default) holds out half of them, at most
+50000 (:func:`default_heldout`).
+
 Typical use::
 
     images = load_images(cfg.data)           # ImageSet: uint8 (M, 1, S, S), sha256, manifest
@@ -19,13 +22,14 @@ from diffmem.data.errors import DataError
 from diffmem.data.imageset import ImageSet, load_prepared, manifest_path_for, tensor_sha256, write_prepared
 from diffmem.data.prepare import default_cache_dir, find_layout, paper_transform, prepare_celeba
 from diffmem.data.sources import load_images
-from diffmem.data.splits import Splits, make_splits, train_mean
+from diffmem.data.splits import Splits, default_heldout, make_splits, train_mean
 
 __all__ = [
     "DataError",
     "ImageSet",
     "Splits",
     "default_cache_dir",
+    "default_heldout",
     "embedded_digits",
     "embedded_lfw_faces",
     "find_layout",

@@ -1,6 +1,7 @@
 """Disjoint train subsets and the held-out pool of one image ordering, and the training mean.
 
-With M images in the source's fixed ordering, H = cfg.n_heldout, N = cfg.n and i = cfg.subset_index:
+With M images in the source's fixed ordering, H = cfg.n_heldout (0: ``default_heldout(M)``), N = cfg.n and
+i = cfg.subset_index:
 
 * held-out pool: the last H images, ordering indices [M - H, M) (test loss, FID reference);
 * training part: the first T = M - H images; the train set is its block [i*N, (i+1)*N).
@@ -48,17 +49,28 @@ def train_mean(train: torch.Tensor) -> torch.Tensor:
     return channel_mean.to(torch.float32)[:, None, None].expand(train.shape[1:]).contiguous()
 
 
+MAX_DEFAULT_HELDOUT = 50000  # CelebA: five FID reference sets of 10000 images, as the paper evaluates
+
+
+def default_heldout(total: int) -> int:
+    """The held-out pool of a source of ``total`` images when ``data.n_heldout = 0``: half of them, at most
+    ``MAX_DEFAULT_HELDOUT``. CelebA (202599) -> 50000, digits (1797) -> 898, lfw_faces (100) -> 50."""
+    return min(MAX_DEFAULT_HELDOUT, total // 2)
+
+
 def make_splits(images: ImageSet, cfg: DataConfig) -> Splits:
     """Cut ``images`` into cfg's train set (block cfg.subset_index of size cfg.n) and the held-out pool."""
-    total, n, index, n_heldout = len(images), cfg.n, cfg.subset_index, cfg.n_heldout
+    total, n, index = len(images), cfg.n, cfg.subset_index
+    n_heldout = cfg.n_heldout or default_heldout(total)
     source = images.manifest.get("source", cfg.source)
     if n_heldout < 1 or n_heldout >= total:
         raise DataError(f"data.n_heldout = {n_heldout} must be in [1, {total - 1}]: source '{source}' has {total} "
                         "images and the held-out pool must leave some for training; lower data.n_heldout")
     n_training = total - n_heldout
     if n < 1 or n > n_training:
+        chosen = "" if cfg.n_heldout else " (chosen by the source: set data.n_heldout to change it)"
         raise DataError(f"data.n = {n} is larger than the training part of source '{source}' ({n_training} images "
-                        f"= {total} - data.n_heldout {n_heldout}); lower data.n or data.n_heldout")
+                        f"= {total} - data.n_heldout {n_heldout}{chosen}); lower data.n or data.n_heldout")
     n_subsets = n_training // n
     if not 0 <= index < n_subsets:
         raise DataError(f"data.subset_index = {index} is out of range: {n_training} training images hold "

@@ -19,8 +19,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from diffmem.analysis.runfiles import read_csv, read_json
-from diffmem.analysis.scaling import PowerLawFit
-from diffmem.plots import STYLE, _draw_fit, _n_colors, _new_figure, _save
+from diffmem.analysis.powerlaw import PowerLawFit
+from diffmem.plots import STYLE, draw_fit, n_colors, new_figure, save_figure
 
 TAU_LABEL = r"training time $\tau = k\,\eta / d^2$"
 
@@ -41,7 +41,7 @@ def _by_psi_n(rows: list[dict[str, Any]]) -> dict[float, list[dict[str, Any]]]:
 
 
 def plot_spectrum(out_dir: Path, spectrum: dict[str, Any]) -> Path:
-    fig, (ax,) = _new_figure(1, size=(7.2, 3.0))
+    fig, (ax,) = new_figure(1, size=(7.2, 3.0))
     eig = {k: np.asarray(v, dtype=float) for k, v in spectrum["eigenvalues"].items()}
     floor = 0.3 / max(v.size for v in eig.values())  # below one eigenvalue per bin
     positive = np.concatenate([v[v > 0] for v in eig.values()])
@@ -76,15 +76,15 @@ def plot_spectrum(out_dir: Path, spectrum: dict[str, Any]) -> Path:
     ax.set_title(f"$\\psi_p$ = {spectrum['psi_p']:g}, $\\psi_n$ = {spectrum['psi_n']:g}, d = {spectrum['d']}, "
                  f"t = {spectrum['t']:g}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6)
-    return _save(fig, out_dir, "spectrum").files[0]
+    return save_figure(fig, out_dir, "spectrum").files[0]
 
 
 def plot_loss_curves(out_dir: Path, curves: list[dict[str, Any]], rows: list[dict[str, Any]]) -> Path:
-    fig, axes = _new_figure(3, size=(3.4, 2.7))
+    fig, axes = new_figure(3, size=(3.4, 2.7))
     first_seed = min(int(r["seed"]) for r in rows)
     groups = _by_psi_n([r for r in curves if int(r["seed"]) == first_seed])
     summary = {float(r["psi_n"]): r for r in rows if int(r["seed"]) == first_seed}
-    colors = _n_colors(list(groups))
+    colors = n_colors(list(groups))
     for psi_n, part in groups.items():
         tau = np.array([r["tau"] for r in part])
         col = colors[psi_n]
@@ -114,7 +114,7 @@ def plot_loss_curves(out_dir: Path, curves: list[dict[str, Any]], rows: list[dic
     handles = [Line2D([], [], color=colors[k], label=f"{k:g}") for k in groups]
     handles += [Line2D([], [], color="0.3", label="train"), Line2D([], [], color="0.3", ls="--", label="test")]
     axes[0].legend(handles=handles, title=r"$\psi_n$", loc="lower left")
-    return _save(fig, out_dir, "loss_curves").files[0]
+    return save_figure(fig, out_dir, "loss_curves").files[0]
 
 
 def _points(ax, rows, key, color, marker, label) -> None:
@@ -124,13 +124,13 @@ def _points(ax, rows, key, color, marker, label) -> None:
 
 
 def plot_timescales(out_dir: Path, rows: list[dict[str, Any]], fits: dict[str, PowerLawFit]) -> Path:
-    fig, (ax,) = _new_figure(1, size=(3.6, 2.9))
+    fig, (ax,) = new_figure(1, size=(3.6, 2.9))
     for key, fit_name, color, marker, label in (
             ("tau_mem", "tau_mem_vs_psi_n", "tab:red", "o", r"$\tau_\mathrm{mem}$ (half rise of $\mathcal{L}_\mathrm{gen}$)"),
             ("tau_mem_pred", "tau_mem_pred_vs_psi_n", "tab:purple", "s",
              r"$\psi_p / (\Delta_t \lambda_\mathrm{min})$"),
             ("tau_gen", "tau_gen_vs_psi_n", "tab:blue", "o", r"$\tau_\mathrm{gen}$ (score-error plateau)")):
-        text = _draw_fit(ax, fits.get(fit_name), color, r"\psi_n")
+        text = draw_fit(ax, fits.get(fit_name), color, r"\psi_n")
         _points(ax, [r for r in rows if not r.get(f"{key}_censored")], key, color, marker,
                 label + (f": {text}" if text else ""))
     _plain_log_x(ax, [float(r["psi_n"]) for r in rows])
@@ -138,7 +138,7 @@ def plot_timescales(out_dir: Path, rows: list[dict[str, Any]], fits: dict[str, P
     ax.set_xlabel(r"$\psi_n = n / d$")
     ax.set_ylabel(TAU_LABEL)
     ax.legend(loc="best", fontsize=6)
-    return _save(fig, out_dir, "timescales").files[0]
+    return save_figure(fig, out_dir, "timescales").files[0]
 
 
 def plot_theory_vs_unet(out_dir: Path, rows: list[dict[str, Any]], fits: dict[str, PowerLawFit],
@@ -146,7 +146,7 @@ def plot_theory_vs_unet(out_dir: Path, rows: list[dict[str, Any]], fits: dict[st
     unet_rows = [r for r in read_csv(unet_dir / "summary.csv")
                  if r.get("tau_mem") is not None and not r.get("tau_mem_censored")]
     unet_fits = read_json(unet_dir / "fits.json")
-    fig, (ax,) = _new_figure(1, size=(3.6, 2.9))
+    fig, (ax,) = new_figure(1, size=(3.6, 2.9))
     th = [r for r in rows if not r.get("tau_mem_censored") and r.get("tau_mem") is not None]
     x0 = min(float(r["psi_n"]) for r in th)
     y0 = np.median([float(r["tau_mem"]) for r in th if float(r["psi_n"]) == x0])
@@ -174,7 +174,7 @@ def plot_theory_vs_unet(out_dir: Path, rows: list[dict[str, Any]], fits: dict[st
     ax.set_xlabel(r"data size relative to the smallest ($\psi_n$ or $N$)")
     ax.set_ylabel(r"$\tau_\mathrm{mem}$ relative to the smallest size")
     ax.legend(loc="upper left", fontsize=6)
-    return _save(fig, out_dir, "theory_vs_unet").files[0]
+    return save_figure(fig, out_dir, "theory_vs_unet").files[0]
 
 
 def make_theory_figures(sweep_dir: str | Path, *, compare: str | Path | None = None) -> dict[str, str]:

@@ -8,7 +8,7 @@ Writes into the output folder (every file atomically; a rerun rewrites them all)
   psi_p / (Delta_t lambda_min), the measured and predicted lambda_min, the score-error plateau, the tau -> inf losses;
 - ``spectrum.json``: the eigenvalues of U at (spectrum_t, spectrum_psi_n), Gaussian-equivalent and (when
   ``theory.spectrum_noise_draws`` > 0) from the real tanh features, with the predicted supports;
-- ``fits.json``: power laws in psi_n with bootstrap-over-seeds intervals (:func:`diffmem.analysis.scaling.fit_power_law`);
+- ``fits.json``: power laws in psi_n with bootstrap-over-seeds intervals (:func:`diffmem.analysis.powerlaw.fit_power_law`);
 - ``figures/``: spectrum, loss_curves, timescales (and theory_vs_unet with ``compare``), PNG and PDF.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 
 from diffmem import __version__
 from diffmem.analysis.runfiles import write_csv, write_json
-from diffmem.analysis.scaling import PowerLawFit, fit_power_law
+from diffmem.analysis.powerlaw import PowerLawFit, fit_power_law
 from diffmem.config import TheoryConfig, validate_theory
 from diffmem.device import resolve_device
 from diffmem.theory.constants import gaussian_equivalence

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from diffmem.analysis import timescales
-from diffmem.analysis.timescales import Estimate, _first_crossing_down
+from diffmem.analysis.timescales import Estimate, first_crossing_down
 
 
 def gap_rise_time(taus: np.ndarray, train_loss: np.ndarray, test_loss: np.ndarray, gap_at_infinity: float,
@@ -36,7 +36,7 @@ def gap_rise_time(taus: np.ndarray, train_loss: np.ndarray, test_loss: np.ndarra
     if i == 0:
         first = float(taus[0])
         return Estimate(first, None, first, True, f"reached at the first time (upper bound); {rule}")
-    value = _first_crossing_down(np.asarray(taus, dtype=float), -gap, -level)  # the same log-time interpolation
+    value = first_crossing_down(np.asarray(taus, dtype=float), -gap, -level)  # the same log-time interpolation
     return Estimate(value, float(taus[i - 1]), float(taus[i]), False, rule)
 
 
