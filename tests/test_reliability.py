@@ -422,10 +422,18 @@ def run_kill_campaign(tmp_path: Path, kills: int, steps: int, times: int, seed: 
     for _ in range(3 * kills):
         if len(hits) == kills or run.is_done():
             break
+        # Every kill must land before the run ends, whatever the subprocess's speed against the straight run's.
+        # A kill keeps at most the progress up to the last state.pt, written at each evaluation: the random delay
+        # is a third of the remaining work shared among the kills still to land, and a wait for a moment lasts at
+        # most one evaluation interval (one always passes in it) and keeps at most one more evaluation, so a
+        # moment is only drawn while more evaluations remain than kills.
+        evaluated = len(run.evaluated_steps())
+        to_land, left = kills - len(hits), times - evaluated
+        delay_s = rng.uniform(0, straight_s * left / times / (3 * to_land))
+        moment = rng.choice(KILL_MOMENTS) if left > to_land else "now"
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            hit = _kill_at(proc, run, rng.choice(KILL_MOMENTS), rng.uniform(0, straight_s / kills),
-                           limit_s=straight_s)
+            hit = _kill_at(proc, run, moment, delay_s, limit_s=1.5 * straight_s / times)
         finally:
             if proc.poll() is None:
                 proc.kill()

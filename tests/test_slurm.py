@@ -226,8 +226,9 @@ def test_scontrol_requeue_and_a_time_limit_continue_from_state_to_a_straight_run
     assert_same_run(req_run, tmp_path / "straight_req")
 
     code, out = capture_main(capsys, lim_argv + ["--wait"])
-    assert code == 0 and run_status(lim_run).state == "done", out
     log = job_log(lim_run)
+    assert code == 0 and run_status(lim_run).state == "done", out
+    assert len(read_submissions(lim_run)) == 1, f"{out}\n{read_submissions(lim_run)}\n{read_job(lim_run)}\n{log[-6000:]}"
     signalled = [int(s) for s in re.findall(r"SIGUSR2 at step (\d+), state saved", log)]
     assert signalled and "this job is timed-out" in log and "Requeued job" in log, log[-3000:]
     assert all(f"resuming at step {s}" in log for s in signalled if s > 0)
