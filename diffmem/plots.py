@@ -35,6 +35,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
 
 from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run
 from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
@@ -338,6 +339,8 @@ def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                                             label="censored (lower bound)"))
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks(data.ns, [str(n) for n in data.ns])  # the measured N, not overlapping minor labels
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel(r"training set size $N$")
         ax.set_ylabel(label)
         ax.legend(handles=handles, loc="best")
