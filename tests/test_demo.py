@@ -107,17 +107,20 @@ def test_the_advice_check_is_the_straight_run_stopped_at_that_step(tmp_path):
 
 def test_ctrl_c_stops_the_demo_with_state_saved_and_a_rerun_finishes(tmp_path):
     out = tmp_path / "demo"
-    # the quick demo on two N (160 and 240 steps): Ctrl-C comes as soon as a run has saved its first state
-    command = [sys.executable, "-m", "diffmem.cli", "demo", "--quick", "--no-progress", "--out", str(out),
-               "--set", "sweep.n=[16, 24]"]
+    # two N with budgets long enough to be interrupted mid-run: the interruption and the rerun are under test here
+    small = ["sweep.n=[16, 24]", "sweep.steps_per_n=30", "sweep.min_steps=0", "eval.times=4", "eval.n_samples=32",
+             "eval.sampler_steps=10", "eval.fid_boot=0", "eval.checkpoint_ratio=0", "eval.refine_ratio=0",
+             "eval.stop_f_mem=0"]
+    command = [sys.executable, "-m", "diffmem.cli", "demo", "--no-progress", "--out", str(out),
+               *[arg for s in small for arg in ("--set", s)]]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.time() + 120
     while not list(out.glob("*/state.pt")) and time.time() < deadline:  # the first runs are training
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
-    stdout, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "interrupted; rerun the same command" in stdout
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted; rerun the same command" in stdout, stdout + stderr[-3000:]
     started = [p for p in out.iterdir() if (p / "state.pt").exists()]
     assert started and not all((p / "done").exists() for p in started)
     assert subprocess.run(command, capture_output=True).returncode == 0
