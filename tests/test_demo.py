@@ -113,8 +113,15 @@ def test_ctrl_c_stops_the_demo_with_state_saved_and_a_rerun_finishes(tmp_path):
              "eval.stop_f_mem=0"]
     command = [sys.executable, "-m", "diffmem.cli", "demo", "--no-progress", "--out", str(out),
                *[arg for s in small for arg in ("--set", s)]]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    # A shell that starts the tests in the background (`pytest &`, nohup) leaves SIGINT ignored, and an ignored
+    # signal stays ignored in children. A terminal's Ctrl-C reaches a demo that handles it: give the child the
+    # default disposition (a handler set here resets to the default in the child at exec).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.time() + 120
     while not list(out.glob("*/state.pt")) and time.time() < deadline:  # the first runs are training
         time.sleep(0.2)
