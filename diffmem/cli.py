@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fid-weights", metavar="PATH", help="local Inception weights file")
     p.add_argument("--kept", action="store_true",
                    help="also evaluate every kept checkpoint between the evaluation steps (eval.checkpoint_ratio)")
+    p.add_argument("--refine-n-samples", type=_positive_int, metavar="M",
+                   help="refine a finished run's brackets with M samples per evaluation (eval.refine_n_samples; "
+                   "tau_mem's clean end is re-measured with them); the run's config.json is not changed")
 
     p = sub.add_parser("analyze", help=VERBS["analyze"], description=VERBS["analyze"])
     p.add_argument("experiment_dir", help="a folder of run folders (or one run folder)")
@@ -225,7 +228,8 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from diffmem.evaluate import evaluate_run
 
-    evaluate_run(args.run_dir, device=args.device, fid_weights=args.fid_weights, kept=args.kept)
+    evaluate_run(args.run_dir, device=args.device, fid_weights=args.fid_weights, kept=args.kept,
+                 refine_n_samples=args.refine_n_samples)
     return 0
 
 

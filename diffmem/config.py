@@ -115,6 +115,8 @@ class EvalConfig:
     fid_boot: int = 0  # bootstrap resamples of the samples for the FID's sampling noise (fid_boot_std); 0: off
     checkpoint_ratio: float = 0.0  # > 1: also keep weights between evaluations, at most this factor apart (steps)
     refine_ratio: float = 0.0  # > 1: after training, evaluate kept checkpoints in the tau brackets down to this factor
+    refine_n_samples: int = 0  # > 0: refinement evaluations draw this many samples (f_mem from all, FID from the
+    #                            first n_samples) and tau_mem's clean end is re-measured with them; 0: n_samples
     stop_f_mem: float = 0.0  # > 0: stop training once f_mem_lo >= this and tau_mem and tau_gen are measured
     fid_weights: str | None = None  # local Inception weights file (else $DIFFMEM_FID_WEIGHTS or torch's hub cache)
 
@@ -405,7 +407,7 @@ LEGACY_VALUES: dict[str, dict[str, Any]] = {
     "diffusion": {"t_min": 0},
     "train": {"precision": "fp32", "channels_last": False, "compile": False},
     "eval": {"sampler_schedule": "diffusers", "fid_reference_sets": 1, "fid_boot": 0, "checkpoint_ratio": 0.0,
-             "refine_ratio": 0.0, "stop_f_mem": 0.0},
+             "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0},
 }
 
 
@@ -546,6 +548,9 @@ def validate(cfg: RunConfig) -> None:
     if e.refine_ratio and not 1 < e.checkpoint_ratio <= e.refine_ratio:
         raise ConfigError(f"eval.refine_ratio = {e.refine_ratio} needs kept checkpoints at least as dense: set "
                           f"eval.checkpoint_ratio in (1, {e.refine_ratio}], e.g. {e.refine_ratio}")
+    if e.refine_n_samples and e.refine_n_samples < e.n_samples:
+        raise ConfigError(f"eval.refine_n_samples = {e.refine_n_samples} must be 0 (off) or >= eval.n_samples = "
+                          f"{e.n_samples}: refinement adds samples, it never uses fewer")
     if not 0.0 <= e.stop_f_mem <= 1.0:
         raise ConfigError(f"eval.stop_f_mem = {e.stop_f_mem} must be in [0, 1] (0: never stop early)")
     if not 0.0 < e.mem_threshold <= 1.0:

@@ -97,17 +97,24 @@ class Evaluator:
         return used[-1] if used else "auto"
 
     def evaluate(self, model: torch.nn.Module, step: int, train_s: float | None = None,
-                 annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+                 annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                 n_samples: int | None = None) -> dict[str, Any]:
         """Measure ``model`` (the weights at training step ``step``), append the record, return it.
 
         ``annotate(record)`` may return extra keys that are added to the record before it is appended (the training
-        loop's early stop)."""
+        loop's early stop). ``n_samples`` (>= ``eval.n_samples``; default ``eval.n_samples``) samples are drawn:
+        f_mem counts all of them (``n_samples`` in the record), the FID uses the first ``eval.n_samples``
+        (``fid_n_samples``), because the FID's bias depends on the sample count and one quality curve must stay
+        one estimator."""
         e = self.cfg.eval
+        n_draw = e.n_samples if n_samples is None else n_samples
+        if n_draw < e.n_samples:
+            raise ValueError(f"n_samples = {n_draw} is below eval.n_samples = {e.n_samples}")
         fork_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):  # evaluation never moves the training RNG
             t0 = time.perf_counter()
             generator = torch.Generator(device="cpu").manual_seed(e.seed)
-            samples = self.diffusion.sample(model, e.n_samples, self.shape, generator, kind=e.sampler,
+            samples = self.diffusion.sample(model, n_draw, self.shape, generator, kind=e.sampler,
                                             steps=e.sampler_steps, clip_sample=e.clip_sample,
                                             batch_size=e.batch_size, device=self.device,
                                             schedule=e.sampler_schedule)
@@ -116,7 +123,7 @@ class Evaluator:
             t2 = time.perf_counter()
             fid_value = fid_std = fid_boot_std = fid_values = fid_extractor = fid_reference = None
             if e.fid:
-                results = fid_sets(to_uint8(samples, self.splits.mean.to(samples.device)).cpu(),
+                results = fid_sets(to_uint8(samples[:e.n_samples], self.splits.mean.to(samples.device)).cpu(),
                                    self.fid_references, self.fid_reference_keys, cache_dir=self.fid_cache,
                                    extractor=self.fid_extractor, weights=e.fid_weights, device=str(self.device),
                                    n_boot=e.fid_boot, seed=e.seed)
@@ -135,11 +142,13 @@ class Evaluator:
         record = {
             "step": step,
             "images_seen": step * self.batch_size,
-            "n_samples": e.n_samples,
+            "n_samples": n_draw,
+            "fid_n_samples": e.n_samples if e.fid else None,
             "sampler": e.sampler,
             "sampler_steps": e.sampler_steps,
             "sampler_schedule": e.sampler_schedule,
             "clip_sample": e.clip_sample,
+            "seed": e.seed,
             "f_mem": mem.fraction,
             "f_mem_lo": mem.lo,
             "f_mem_hi": mem.hi,
@@ -183,13 +192,14 @@ class Evaluator:
             self.evaluate_checkpoint(step)
         return missing
 
-    def evaluate_checkpoint(self, step: int) -> dict[str, Any]:
-        """Evaluate the saved weights of ``step`` (``checkpoints/step_*.pt``); every RNG is left as it was."""
+    def evaluate_checkpoint(self, step: int, n_samples: int | None = None) -> dict[str, Any]:
+        """Evaluate the saved weights of ``step`` (``checkpoints/step_*.pt``) with ``n_samples`` samples (see
+        :meth:`evaluate`); every RNG is left as it was."""
         fork_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):  # building the model draws initial weights
             model = build_from_config(self.cfg.model, self.cfg.data.image_size).to(self.device)
             model.load_state_dict(load_checkpoint(self.run.checkpoint_path(step), self.device))
-            return self.evaluate(model, step)
+            return self.evaluate(model, step, n_samples=n_samples)
 
     def _save_grid(self, samples: torch.Tensor, idx1: torch.Tensor, memorized: torch.Tensor, step: int) -> None:
         """Save ``samples/step_XXXXXXXXX.png``: rows of samples above their nearest training images; memorized
@@ -221,21 +231,50 @@ class Evaluator:
         tmp.replace(path)
 
 
-def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | None = None,
-                 log: Callable[[str], None] = print, kept: bool = False) -> list[int]:
-    """``diffmem evaluate RUN_DIR``: evaluate every checkpoint of the run's evaluation grid that has no metrics line
-    yet; with ``kept`` (``--kept``) also every kept checkpoint between them, which densifies the curves after
-    training.
-
-    ``fid_weights`` replaces the Inception weights path stored in the run's config (it may differ per machine).
-    """
+def _open_run(run_dir: str | Path) -> tuple[RunDir, RunConfig]:
+    """A run folder and the config stored in it; FileNotFoundError when it is not a run folder."""
     run = RunDir(run_dir)
     if not run.config_path.exists():
         raise FileNotFoundError(f"{run.path} is not a run folder (no config.json); pass the folder `diffmem train` "
                                 "wrote")
-    cfg = config_from_dict(json.loads(run.config_path.read_text())["config"])
+    return run, config_from_dict(json.loads(run.config_path.read_text())["config"])
+
+
+def evaluate_again(run_dir: str | Path, step: int, seed: int, device: str = "auto",
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Evaluate the saved checkpoint of ``step`` once more with sampling seed ``seed`` (fresh samples, the run's
+    other settings); the line is appended to metrics.jsonl with its ``seed`` and returned. Readers that take the
+    latest line per step see it, so use it where a second opinion on one checkpoint is wanted (the demo's advice
+    check), not on the grid of a run that is analyzed."""
+    run, cfg = _open_run(run_dir)
+    cfg = cfg.replace(eval={"seed": seed})
+    images = load_images(cfg.data)
+    splits = make_splits(images, cfg.data)
+    with RunLock(run):
+        evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), resolve_device(device),
+                              log=log)
+        return evaluator.evaluate_checkpoint(step)
+
+
+def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | None = None,
+                 log: Callable[[str], None] = print, kept: bool = False,
+                 refine_n_samples: int | None = None) -> list[int]:
+    """``diffmem evaluate RUN_DIR``: evaluate every checkpoint of the run's evaluation grid that has no metrics line
+    yet; with ``kept`` (``--kept``) also every kept checkpoint between them, which densifies the curves after
+    training. A finished run with ``eval.refine_ratio`` then has its brackets refined (:mod:`diffmem.refine`).
+
+    ``fid_weights`` replaces the Inception weights path stored in the run's config (it may differ per machine).
+    ``refine_n_samples`` (``--refine-n-samples``) replaces ``eval.refine_n_samples`` for this refinement only: the
+    run's config.json is not changed, and every metrics line records its own ``n_samples``.
+    """
+    run, cfg = _open_run(run_dir)
     if fid_weights:
         cfg = cfg.replace(eval={"fid_weights": fid_weights})
+    if refine_n_samples is not None:
+        if not cfg.eval.refine_ratio:
+            raise ConfigError(f"{run.path} was trained without eval.refine_ratio: it keeps no checkpoints to refine, "
+                             "so --refine-n-samples has nothing to do")
+        cfg = cfg.replace(eval={"refine_n_samples": refine_n_samples})
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
     dev = resolve_device(device)
@@ -243,7 +282,7 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
         evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
         done = evaluator.fill_missing(kept=kept)
         if cfg.eval.refine_ratio and run.is_done():
-            done += refine_brackets(evaluator, run, cfg.eval.refine_ratio)
+            done += refine_brackets(evaluator, run, cfg.eval.refine_ratio, cfg.eval.refine_n_samples)
     if not done:
         log(f"{run.path}: every checkpoint already has a metrics line")
     return done

@@ -10,6 +10,14 @@ log-spaced grid). diffmem sharpens the brackets after training instead of evalua
   of tau_mem and of tau_gen, each time the one nearest the bracket's log-midpoint, until every bracket is at most a
   factor ``q`` wide or holds no unevaluated checkpoint (:func:`next_refinement`). The extra evaluations are ordinary
   lines of metrics.jsonl; readers sort by step.
+- ``eval.refine_n_samples = M`` (> ``eval.n_samples``): refinement evaluations draw M samples. Whether memorization
+  has started is a detection whose sensitivity grows with the sample count: an evaluation counts as memorized from
+  about 4 copies and as clean only with none, so with n samples f_mem between about 0.5/n and 4/n is neither
+  (:mod:`diffmem.analysis.timescales`). With n = 1000 that zone often holds a kept checkpoint, and the bracket
+  stops shrinking; with M = 10 n samples it moves to a 10 times smaller f_mem, where f_mem usually rises more
+  steeply in log time (just after an onset), so it spans less time. The bracket's clean end must then be clean among M samples too: when it was measured with fewer, it is re-evaluated
+  with M before the bracket counts as resolved (fewer samples can only miss copies, so a memorized end needs no
+  re-evaluation).
 - ``eval.stop_f_mem = f`` stops training at the first evaluation after which tau_mem and tau_gen are both measured
   (neither censored) and the lower end of f_mem's 95% interval is at least ``f`` (memorization has saturated):
   :func:`stop_reason`. That evaluation's record carries ``"stop"`` with the reason, and the run's ``done`` file says
@@ -69,34 +77,48 @@ def brackets(records: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def next_refinement(records: Sequence[dict[str, Any]], checkpoints: Sequence[int], ratio: float) -> int | None:
+def next_refinement(records: Sequence[dict[str, Any]], checkpoints: Sequence[int], ratio: float,
+                    mem_samples: int = 0) -> int | None:
     """The next kept checkpoint to evaluate: inside the widest bracket wider than ``ratio`` that still holds an
-    unevaluated checkpoint, the one nearest its log-midpoint; None when every bracket is resolved."""
-    evaluated = {int(r["step"]) for r in records}
+    unevaluated checkpoint, the one nearest its log-midpoint; None when every bracket is resolved.
+
+    ``mem_samples`` > 0: inside tau_mem's bracket a checkpoint evaluated with fewer samples counts as unevaluated,
+    and once that bracket is narrow enough (or holds nothing left to evaluate) its clean end is picked if it was
+    measured with fewer samples."""
+    latest = {int(r["step"]): int(r.get("n_samples") or 0) for r in latest_per_step(records)}
+    kept = set(checkpoints)
     best: tuple[float, int] | None = None
-    for lo, hi in brackets(records).values():
-        if lo <= 0 or hi / lo <= ratio:
+    for name, (lo, hi) in brackets(records).items():
+        if lo <= 0:
             continue
-        inside = [s for s in checkpoints if lo < s < hi and s not in evaluated]
-        if not inside:
-            continue
-        middle = math.sqrt(lo * hi)
-        pick = min(inside, key=lambda s: abs(math.log(s / middle)))
-        if best is None or hi / lo > best[0]:
+        needs = mem_samples if name == "tau_mem" else 0
+
+        def pending(s: int) -> bool:
+            return s not in latest or (needs > 0 and latest[s] < needs)
+
+        pick = None
+        inside = [s for s in checkpoints if lo < s < hi and pending(s)]
+        if hi / lo > ratio and inside:
+            middle = math.sqrt(lo * hi)
+            pick = min(inside, key=lambda s: abs(math.log(s / middle)))
+        elif needs and lo in kept and pending(lo):
+            pick = lo
+        if pick is not None and (best is None or hi / lo > best[0]):
             best = (hi / lo, pick)
     return None if best is None else best[1]
 
 
 class CheckpointEvaluator(Protocol):
-    def evaluate_checkpoint(self, step: int) -> dict[str, Any]: ...
+    def evaluate_checkpoint(self, step: int, n_samples: int | None = None) -> dict[str, Any]: ...
 
 
-def refine_brackets(evaluator: CheckpointEvaluator, run: RunDir, ratio: float) -> list[int]:
+def refine_brackets(evaluator: CheckpointEvaluator, run: RunDir, ratio: float, n_samples: int = 0) -> list[int]:
     """Evaluate kept checkpoints of ``run`` inside the onsets' brackets until each is at most ``ratio`` wide
-    (:func:`next_refinement`), with ``evaluator.evaluate_checkpoint`` (a :class:`diffmem.evaluate.Evaluator`);
-    returns the steps evaluated. Safe to rerun after a crash: evaluated steps are never evaluated again."""
+    (:func:`next_refinement`), with ``evaluator.evaluate_checkpoint`` (a :class:`diffmem.evaluate.Evaluator`), each
+    with ``n_samples`` samples when > 0 (``eval.refine_n_samples``); returns the steps evaluated. Safe to rerun after
+    a crash: a step evaluated with enough samples is never evaluated again."""
     done = []
-    while (step := next_refinement(run.metrics(), run.checkpoint_steps(), ratio)) is not None:
-        evaluator.evaluate_checkpoint(step)
+    while (step := next_refinement(run.metrics(), run.checkpoint_steps(), ratio, n_samples)) is not None:
+        evaluator.evaluate_checkpoint(step, n_samples or None)
         done.append(step)
     return done

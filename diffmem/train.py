@@ -421,7 +421,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     check_losses()
     save_state()
     if evaluator is not None and cfg.eval.refine_ratio:
-        for refined in refine_brackets(evaluator, run, cfg.eval.refine_ratio):
+        for refined in refine_brackets(evaluator, run, cfg.eval.refine_ratio, cfg.eval.refine_n_samples):
             log(f"{run.path}: refined a bracket with the kept checkpoint of step {refined}")
     atomic_write_text(run.done_path, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
                       + f"\nsteps {step}\ntrain_s {train_seconds():.1f}\n"

@@ -79,11 +79,11 @@ def test_a_run_keeps_checkpoints_refines_after_training_and_resumes_refinement(t
     calls = []
     real = diffmem.evaluate.Evaluator.evaluate_checkpoint
 
-    def crash_once(self, step):
+    def crash_once(self, step, n_samples=None):
         calls.append(step)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(self, step)
+        return real(self, step, n_samples)
 
     monkeypatch.setattr(diffmem.evaluate.Evaluator, "evaluate_checkpoint", crash_once)
     with pytest.raises(KeyboardInterrupt):
@@ -131,3 +131,102 @@ def test_evaluate_kept_densifies_a_finished_run_with_every_kept_checkpoint(tmp_p
     assert sorted(r["step"] for r in run.metrics()) == [5, 60]
     assert main(["evaluate", str(run.path), "--kept"]) == 0
     assert sorted(r["step"] for r in run.metrics()) == sorted([5, 60] + keep)
+
+
+def _counted(step: int, n: int, t0: float, power: float, scale: float) -> dict:
+    """A planted evaluation of ``n`` samples whose f_mem rises from 0 at ``t0`` as 0.3 ((t - t0) / (scale t0))^power;
+    the copies are the expected count, rounded, with the binomial interval the analysis uses."""
+    f = 0.0 if step <= t0 else min(0.5, 0.3 * ((step - t0) / (scale * t0)) ** power)
+    k = round(n * f)
+    lo, hi = binomial_interval(np.array([k / n]), n)
+    return {"step": step, "f_mem": k / n, "f_mem_lo": float(lo[0]), "f_mem_hi": float(hi[0]), "n_samples": n,
+            "fid": 10.0, "train_loss": 0.1, "test_loss": 0.1}
+
+
+def _refined(grid, checkpoints, t0, power, scale, mem_samples):
+    records = [_counted(s, 1000, t0, power, scale) for s in grid]
+    while (step := next_refinement(records, checkpoints, 1.25, mem_samples)) is not None:
+        records.append(_counted(step, mem_samples or 1000, t0, power, scale))
+    return records
+
+
+@pytest.mark.parametrize("t0,power,scale", [(3000.0, 3, 3), (5000.0, 2, 2)])
+def test_more_samples_resolve_an_onset_that_ambiguous_evaluations_hide(t0, power, scale):
+    grid = evaluation_steps(14, 40000)
+    checkpoints = sorted(set(grid) | set(kept_steps(grid, 1.2)))
+    # 1000 samples: the evaluations with 1-3 copies are neither clean nor memorized, the bracket stays above 1.25
+    lo, hi = brackets(_refined(grid, checkpoints, t0, power, scale, 0))["tau_mem"]
+    assert hi / lo > 1.25
+    # 10000 samples per refinement evaluation: the same onset resolved to one gap of kept checkpoints
+    records = _refined(grid, checkpoints, t0, power, scale, 10000)
+    lo, hi = brackets(records)["tau_mem"]
+    assert hi / lo <= 1.25 and lo <= t0 * 1.2 and hi > t0
+    latest = {r["step"]: r for r in records}  # appended in order: the last line of a step wins
+    assert latest[lo]["n_samples"] == 10000 and latest[lo]["f_mem_hi"] == 0  # clean among 10000, not only 1000
+    est = estimate_run(sorted(latest.values(), key=lambda r: r["step"]))
+    assert (est["tau_mem"].lo, est["tau_mem"].hi) == (lo, hi)
+
+
+def test_more_samples_leave_a_bracket_open_when_a_kept_checkpoint_is_still_ambiguous():
+    grid = evaluation_steps(14, 40000)
+    checkpoints = sorted(set(grid) | set(kept_steps(grid, 1.2)))
+    records = _refined(grid, checkpoints, 5000.0, 3, 2, 10000)
+    latest = {r["step"]: r for r in records}
+    lo, hi = brackets(records)["tau_mem"]
+    assert (lo, hi) == (4993, 7189) and hi / lo > 1.25  # no kept checkpoint left inside to evaluate
+    assert latest[5991]["n_samples"] == 10000 and round(latest[5991]["f_mem"] * 10000) == 3  # 3 copies: neither
+    assert next_refinement(records, checkpoints, 1.25, 10000) is None
+
+
+def _copies(step: int, k: int, n: int) -> dict:
+    """An evaluation in which ``k`` of ``n`` samples copy a training image."""
+    lo, hi = binomial_interval(np.array([k / n]), n)
+    return {"step": step, "f_mem": k / n, "f_mem_lo": float(lo[0]), "f_mem_hi": float(hi[0]), "n_samples": n,
+            "fid": 10.0, "train_loss": 0.1, "test_loss": 0.1}
+
+
+def test_a_narrow_bracket_whose_clean_end_had_fewer_samples_is_measured_again():
+    steps = [500, 1000, 1150, 1300]
+    records = [_copies(500, 0, 1000), _copies(1000, 0, 1000), _copies(1150, 0, 1000), _copies(1300, 7, 1000)]
+    assert brackets(records)["tau_mem"] == (1150, 1300)  # 1.13x: resolved by the ratio alone
+    assert next_refinement(records, steps, 1.25) is None
+    assert next_refinement(records, steps, 1.25, mem_samples=10000) == 1150
+    records.append(_copies(1150, 4, 10000))  # 4 copies among 10000: memorized after all
+    assert brackets(records)["tau_mem"] == (1000, 1150)
+    assert next_refinement(records, steps, 1.25, mem_samples=10000) == 1000
+    records.append(_copies(1000, 0, 10000))  # clean among 10000 too: resolved
+    assert next_refinement(records, steps, 1.25, mem_samples=10000) is None
+
+
+def test_evaluate_refines_a_finished_run_with_more_samples_and_leaves_its_config(tmp_path, monkeypatch, capsys):
+    from diffmem.cli import main
+    cfg = tiny_config("eval.times=[5, 60]", "eval.checkpoint_ratio=1.5", "eval.refine_ratio=1.5",
+                      "train.num_threads=1")
+    planted = {"tau_mem": (5, 60)}
+    monkeypatch.setattr(diffmem.refine, "brackets", lambda records: planted)
+    run = RunDir(tmp_path / "run")
+    train(cfg, run.path, progress=False, log=lambda s: None)
+    config_text = run.config_path.read_text()
+    before = len(run.metrics())
+    assert main(["evaluate", str(run.path), "--refine-n-samples", "40"]) == 0
+    added = run.metrics()[before:]
+    # every checkpoint inside the planted bracket, and its clean end 5, measured again with 40 samples
+    assert sorted(r["step"] for r in added) == sorted([5] + [s for s in run.checkpoint_steps() if 5 < s < 60])
+    assert all(r["n_samples"] == 40 and r["fid_n_samples"] == 16 for r in added)
+    assert run.config_path.read_text() == config_text
+    assert main(["evaluate", str(run.path), "--refine-n-samples", "40"]) == 0  # nothing left: a rerun adds nothing
+    assert len(run.metrics()) == before + len(added)
+    capsys.readouterr()
+    assert main(["evaluate", str(run.path), "--refine-n-samples", "8"]) != 0  # fewer than eval.n_samples = 16
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "refine_n_samples" in err[0]
+
+
+def test_refine_n_samples_needs_a_run_that_keeps_checkpoints(tmp_path, capsys):
+    from diffmem.cli import main
+    run = RunDir(tmp_path / "run")
+    train(tiny_config("eval.times=[5, 60]", "train.num_threads=1"), run.path, progress=False, log=lambda s: None)
+    capsys.readouterr()
+    assert main(["evaluate", str(run.path), "--refine-n-samples", "40"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "refine_ratio" in err[0]
