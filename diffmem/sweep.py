@@ -298,7 +298,8 @@ def job_config(cfg: RunConfig, kind: str, *, eval_separately: bool, threads: int
 @dataclass(frozen=True)
 class JobResult:
     """One submitted job as the sweep saw it: ``status`` is a :class:`JobOutcome` status, "failed" (with
-    ``error``, one line), "cancelled" (slurm: scancel) or "submitted" (slurm, when the sweep does not wait)."""
+    ``error``, one line), "interrupted" (a SIGINT stopped the job with its state saved: a rerun continues),
+    "cancelled" (slurm: scancel) or "submitted" (slurm, when the sweep does not wait)."""
 
     name: str
     kind: str
@@ -410,6 +411,16 @@ def _failure_line(task: _Task, job_id: str, error: BaseException, experiment_dir
     return result_error(experiment_dir, job_id) or one_line(error)
 
 
+def _errored(task: _Task, job_id: str, error: BaseException, experiment_dir: Path, log: str | None = None) -> JobResult:
+    """The JobResult of a job that raised: "interrupted" when its own record says a SIGINT stopped it (its state is
+    saved; a rerun continues), else "failed" with the one line that says why."""
+    record = read_job(task.entry.run.path) or {}
+    if record.get("outcome") == "interrupted" and record.get("job_id") in (job_id, None):
+        return JobResult(task.entry.run.name, task.kind, job_id, "interrupted", record.get("step"), log=log)
+    return JobResult(task.entry.run.name, task.kind, job_id, "failed",
+                     error=_failure_line(task, job_id, error, experiment_dir), log=log)
+
+
 def _run_debug(tasks: list[_Task], cfg_for: Callable[[_Task, str], RunConfig], experiment_dir: Path,
                progress: bool, log: Callable[[str], None]) -> list[JobResult]:
     """Every job in this process, one after the other. ``job.exception()`` runs a debug job without opening
@@ -426,8 +437,7 @@ def _run_debug(tasks: list[_Task], cfg_for: Callable[[_Task, str], RunConfig], e
                 outcome: JobOutcome = job.result()
                 result = JobResult(outcome.name, kind, job.job_id, outcome.status, outcome.step)
             else:
-                result = JobResult(task.entry.run.name, kind, job.job_id, "failed",
-                                   error=_failure_line(this, job.job_id, error, experiment_dir))
+                result = _errored(this, job.job_id, error, experiment_dir)
             results.append(result)
             log(f"{result.name} {kind}: {result.status}" + (f": {result.error}" if result.error else ""))
             if result.status not in ("done", "skipped", "evaluated"):
@@ -472,9 +482,7 @@ def _run_local(tasks: list[_Task], cfg_for: Callable[[_Task, str], RunConfig], e
                     result = JobResult(outcome.name, task.kind, job.job_id, outcome.status, outcome.step,
                                        log=str(job.paths.stdout))
                 else:
-                    result = JobResult(task.entry.run.name, task.kind, job.job_id, "failed",
-                                       error=_failure_line(task, job.job_id, error, experiment_dir),
-                                       log=str(job.paths.stderr))
+                    result = _errored(task, job.job_id, error, experiment_dir, log=str(job.paths.stderr))
                 results.append(result)
                 log(f"{result.name} {task.kind}: {result.status}" + (f": {result.error}" if result.error else ""))
                 if result.status in ("done", "skipped", "evaluated") and task.follow_up:
@@ -710,6 +718,8 @@ def _ended_slurm_job(submitted: JobResult, state: SlurmJobState | str | None, ex
         return JobResult(**base, status=result[1].status, step=result[1].step, log=submitted.log)
     if result is not None and result[0] == "error":
         record = read_job(experiment_dir / submitted.name) or {}
+        if record.get("job_id") == submitted.job_id and record.get("outcome") == "interrupted":
+            return JobResult(**base, status="interrupted", step=record.get("step"), log=submitted.log)
         error = record.get("error") if record.get("job_id") == submitted.job_id and record.get("outcome") == "failed" \
             else result_error(experiment_dir, submitted.job_id)
         return JobResult(**base, status="failed", error=error, log=err_log)

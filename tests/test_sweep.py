@@ -140,6 +140,32 @@ def _signal_when_training(run: RunDir, sig: int) -> threading.Thread:
     return thread
 
 
+def test_a_local_job_stopped_by_sigint_alone_is_reported_interrupted_and_a_rerun_finishes(tmp_path):
+    # Ctrl-C reached the job's process but not the sweep's (e.g. `kill -INT` on the job): the job saved its state
+    # and raised KeyboardInterrupt, so submitit has no result; the sweep must say "interrupted", not "failed"
+    cfg = tiny("train.steps=200", "eval.times=2")
+    sweep = SweepConfig(n=[8], width=[8], seeds=[0])
+    exp = tmp_path / "exp"
+    run = RunDir(exp / "n00008_w08_s0")
+
+    def interrupt_the_job():
+        while not run.checkpoint_steps() or not (read_job(run.path) or {}).get("pid"):
+            time.sleep(0.02)
+        os.kill(read_job(run.path)["pid"], signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt_the_job, daemon=True)
+    sender.start()
+    report = run_sweep(cfg, sweep, exp, ClusterOptions("local", max_parallel=1, poll_s=0.2), progress=False,
+                       log=lambda _m: None)
+    sender.join()
+    (result,) = report.results
+    assert result.status == "interrupted" and result.error is None and 1 <= result.step < 200
+    assert read_job(run.path)["outcome"] == "interrupted" and not run.is_done()
+    again = run_sweep(cfg, sweep, exp, ClusterOptions("local", max_parallel=1, poll_s=0.2), progress=False,
+                      log=lambda _m: None)
+    assert [r.status for r in again.results] == ["done"] and run.is_done()
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="needs POSIX signals")
 def test_inside_a_job_sigterm_is_ignored_as_submitit_does_and_training_goes_on(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
