@@ -9,18 +9,23 @@ experiment.
 The advice check. The advice for the largest N comes from the laws fitted across the grid (fits.json); when their
 95% intervals cannot place the window (it is "unresolved"), the demo says so and also gives the advice of the largest
 run's own measured timescales (:func:`diffmem.analysis.advise.advise_measured`). The first advice whose window is
-open is a step ``stop`` with tau_gen_hi < stop < tau_mem_lo. The demo then trains that run's config again,
-with a budget of exactly ``stop`` steps and one evaluation at the end, into ``advice_check/<run name>`` (not a run of
-the grid: ``diffmem analyze`` does not read it). Training is deterministic, so this is the grid run's own model at
-step ``stop``, as a user who followed the advice would have it. The advice holds when that model copies no training
-image (f_mem = 0 among the evaluation's samples) and its FID / FD lies within the plateau band of the full run
-(at or below the band's upper edge, ``Estimate.level`` of its tau_gen).
+open is a step ``stop`` with tau_gen_hi < stop < tau_mem_lo, and the range of checkpoints to keep, from tau_gen_hi
+to ``stop``. The demo then follows it as a user would: it trains that run's config again, with a budget of exactly
+``stop`` steps, evaluations at tau_gen_hi and at ``stop`` and checkpoints kept between them as in the grid
+(``eval.checkpoint_ratio``), into ``advice_check/<run name>`` (not a run of the grid: ``diffmem analyze`` does not
+read it). It evaluates every kept checkpoint, takes the one with the best FID / FD, and evaluates that one again with
+fresh samples (``eval.seed`` + 1), so that choosing the best of a few does not flatter the number reported. Training
+is deterministic with the grid's thread count, so these are the grid run's own models. The advice holds when no
+kept checkpoint copies a training image (f_mem = 0 among each evaluation's samples and among the fresh ones) and
+the fresh FID / FD lies within the plateau band of the full run (at or below the band's upper edge,
+``Estimate.level`` of its tau_gen). The model at ``stop`` itself is printed too.
 
 ``report.txt`` in the experiment folder holds the printed report; it names files relative to that folder only.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -28,14 +33,15 @@ from pathlib import Path
 from typing import Sequence
 
 from diffmem.analysis.advise import Advice, advise, advise_measured
-from diffmem.analysis.runfiles import read_metrics
 from diffmem.analysis.scaling import RunSummary, Summary, analyze
 from diffmem.analysis.timescales import Estimate
 from diffmem.config import RunConfig, SweepConfig
+from diffmem.evaluate import evaluate_again, evaluate_run
 from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.io import atomic_write_text
 from diffmem.metrics.fid import metric_label
-from diffmem.sweep import ClusterOptions, run_sweep
+from diffmem.rundir import RunDir
+from diffmem.sweep import ClusterOptions, job_config, run_sweep
 from diffmem.train import train
 
 # --quick: the same grid with fewer steps, samples and evaluations, so the test suite can run the demo end to end.
@@ -54,69 +60,104 @@ def quick_version(base: RunConfig, sweep: SweepConfig) -> tuple[RunConfig, Sweep
                                     steps_per_n=QUICK["steps_per_n"], min_steps=QUICK["min_steps"])
 
 
-# --- the advice check -----------------------------------------------------------------------------------------------
+# --- the advice check ---------------------------------------------------------------------------------------------
+
+KEEP_RATIO = 1.2  # kept checkpoints of the check when the grid keeps none (eval.checkpoint_ratio = 0)
+
 
 @dataclass(frozen=True)
 class AdviceCheck:
-    """A run trained to the advised step and evaluated there.
+    """The advice followed: a run trained to the advised step, its checkpoints in the kept range evaluated, the best
+    one evaluated again with fresh samples.
 
-    run: its folder relative to the experiment folder. step: the advised step (optimizer steps). f_mem: the
-    fraction of its ``n_samples`` samples that copy a training image. quality: its FID / FD (``metric``).
-    plateau_level: the upper edge of the full run's plateau band (same units), None when the run has none.
+    run: its folder relative to the experiment folder. step: the advised stop (optimizer steps). kept: (step, f_mem,
+    quality) of every evaluated checkpoint from the range's first step to ``step``, ascending, each with
+    ``n_samples`` samples. chosen: the kept step with the best quality. fresh_f_mem / fresh_quality: that checkpoint
+    with ``n_samples`` fresh samples (seed ``fresh_seed``). plateau_level: the upper edge of the full run's plateau
+    band (same units as quality, ``metric``), None when the run has none.
     """
 
     run: str
     step: int
-    f_mem: float
+    kept: tuple[tuple[int, float, float | None], ...]
     n_samples: int
-    quality: float | None
+    chosen: int
+    fresh_seed: int
+    fresh_f_mem: float
+    fresh_quality: float | None
     plateau_level: float | None
     metric: str
 
     @property
     def no_copies(self) -> bool:
-        return self.f_mem == 0
+        return self.fresh_f_mem == 0 and all(f == 0 for _, f, _ in self.kept)
 
     @property
     def on_plateau(self) -> bool:
-        return self.quality is not None and self.plateau_level is not None and self.quality <= self.plateau_level
+        return (self.fresh_quality is not None and self.plateau_level is not None
+                and self.fresh_quality <= self.plateau_level)
 
     @property
     def passed(self) -> bool:
         return self.no_copies and self.on_plateau
 
     def format(self) -> str:
-        copies = round(self.f_mem * self.n_samples)
-        quality = "-" if self.quality is None else f"{self.quality:.4g}"
+        def q(value: float | None) -> str:
+            return "-" if value is None else f"{value:.4g}"
+
+        copies = sum(round(f * self.n_samples) for _, f, _ in self.kept)
+        fresh_copies = round(self.fresh_f_mem * self.n_samples)
         level = "unknown" if self.plateau_level is None else f"<= {self.plateau_level:.4g}"
-        verdict = ("advice verified: stopped there, the model generalizes" if self.passed else
-                   "advice NOT verified: " + " and ".join(
+        at_stop = next((quality for s, _, quality in self.kept if s == self.step), None)
+        verdict = ("advice verified: no kept checkpoint copies, and the one kept is on the plateau" if self.passed
+                   else "advice NOT verified: " + " and ".join(
                        w for w, bad in (("it copies training images", not self.no_copies),
                                         ("its quality is off the plateau", not self.on_plateau)) if bad))
+        first = self.kept[0][0] if self.kept else self.step
         return "\n".join([
-            f"Check: the same run trained to step {self.step} and stopped there ({self.run}):",
-            f"  f_mem = {self.f_mem:.3f} ({copies} of {self.n_samples} samples copy a training image; required: 0)",
-            f"  {self.metric} = {quality}; plateau band of the full run: {level}",
+            f"Check: the same run trained to step {self.step} and stopped there, keeping checkpoints from step "
+            f"{first} ({self.run}):",
+            f"  {self.metric} of the kept checkpoints: "
+            + ", ".join(f"{s} {q(quality)}" for s, _, quality in self.kept),
+            f"  copies among their samples: {copies} ({len(self.kept)} x {self.n_samples} samples; required: 0)",
+            f"  the model at step {self.step} itself: {self.metric} = {q(at_stop)}",
+            f"  kept: step {self.chosen} (best {self.metric}); with fresh samples (seed {self.fresh_seed}): "
+            f"f_mem = {self.fresh_f_mem:.3f} ({fresh_copies} of {self.n_samples}; required: 0), "
+            f"{self.metric} = {q(self.fresh_quality)}; plateau band of the full run: {level}",
             f"  {verdict}"])
 
 
 def check_advice(advice: Advice, planned: PlannedRun, experiment_dir: str | Path, plateau: Estimate,
-                 log=lambda _msg: None) -> AdviceCheck:
-    """Train ``planned``'s config to ``advice.stop_step`` (rounded to a step) into
-    ``experiment_dir/advice_check/<run name>``, evaluate it once there, and compare with ``plateau`` (the full run's
-    tau_gen estimate, whose ``level`` is its plateau band's upper edge). Idempotent: a finished check is read back."""
+                 threads: int = 0, log=lambda _msg: None) -> AdviceCheck:
+    """Follow ``advice`` with ``planned``'s config into ``experiment_dir/advice_check/<run name>`` (see the module
+    docstring) and compare with ``plateau`` (the full run's tau_gen estimate, whose ``level`` is its plateau band's
+    upper edge). ``threads``: the torch threads of the grid's jobs (0: the config's), so that the check trains the
+    grid run's own models. Idempotent: a finished check is read back."""
     if advice.stop_step is None:
         raise ValueError("the advice recommends no step; nothing to check")
     step = max(1, round(advice.stop_step))
+    first = min(step, max(1, math.ceil(advice.keep_from))) if advice.keep_from is not None else step
+    ratio = planned.cfg.eval.checkpoint_ratio or KEEP_RATIO
     cfg = planned.cfg.replace(train={"steps": step},
-                              eval={"times": 1, "checkpoint_ratio": 0.0, "refine_ratio": 0.0, "stop_f_mem": 0.0})
+                              eval={"times": sorted({first, step}), "checkpoint_ratio": ratio if first < step else 0.0,
+                                    "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0})
+    cfg = job_config(cfg, "train", eval_separately=False, threads=threads)
     relative = Path(CHECK_DIR) / planned.name
     path = Path(experiment_dir) / relative
     train(cfg, path, progress=False, log=log)
-    record = next(r for r in read_metrics(path / "metrics.jsonl") if r["step"] == step)
-    return AdviceCheck(run=relative.as_posix(), step=step, f_mem=float(record["f_mem"]),
-                       n_samples=int(record["n_samples"]), quality=record.get("fid"),
-                       plateau_level=plateau.level, metric=metric_label(record.get("fid_extractor") or "auto"))
+    evaluate_run(path, kept=True, log=log)
+    seed = cfg.eval.seed
+    records = [r for r in RunDir(path).metrics() if first <= r["step"] <= step]  # every line: both seeds
+    kept = sorted({r["step"]: r for r in records if r.get("seed", seed) == seed}.values(), key=lambda r: r["step"])
+    chosen = min(kept, key=lambda r: (math.inf if r.get("fid") is None else r["fid"], r["step"]))["step"]
+    fresh = next((r for r in records if r["step"] == chosen and r.get("seed") == seed + 1), None)
+    if fresh is None:
+        fresh = evaluate_again(path, chosen, seed=seed + 1, log=log)
+    return AdviceCheck(run=relative.as_posix(), step=step,
+                       kept=tuple((int(r["step"]), float(r["f_mem"]), r.get("fid")) for r in kept),
+                       n_samples=int(fresh["n_samples"]), chosen=int(chosen), fresh_seed=seed + 1,
+                       fresh_f_mem=float(fresh["f_mem"]), fresh_quality=fresh.get("fid"),
+                       plateau_level=plateau.level, metric=metric_label(fresh.get("fid_extractor") or "auto"))
 
 
 # --- the demo -------------------------------------------------------------------------------------------------------
@@ -157,7 +198,7 @@ def run_demo(base: RunConfig, sweep: SweepConfig, out: str | Path, *, quick: boo
     check = None
     if checked is not None:
         print(f"  checking the advice: training {largest.name} to step {round(checked.stop_step)}", flush=True)
-        check = check_advice(checked, largest, out, row.tau_gen)
+        check = check_advice(checked, largest, out, row.tau_gen, threads=max(1, (os.cpu_count() or 1) // jobs))
     text = report(summary, advices, check, time.perf_counter() - start)
     atomic_write_text(out / "report.txt", text + "\n")
     print(text)

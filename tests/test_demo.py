@@ -66,8 +66,10 @@ def test_the_report_names_no_machine_path_and_prints_whole_steps(tmp_path):
     summary = analyze(tmp_path, figures=False)
     advice = advise(1024, 32, tmp_path / "fits.json")
     assert str(tmp_path) in advice.laws  # advise names its source; the demo's report must not
-    check = AdviceCheck(run="advice_check/n01024_w32_s0", step=round(advice.stop_step), f_mem=0.0, n_samples=256,
-                        quality=30.5, plateau_level=31.5, metric="FD (diffmem-pixels)")
+    step = round(advice.stop_step)
+    check = AdviceCheck(run="advice_check/n01024_w32_s0", step=step, kept=((100000, 0.0, 30.9), (step, 0.0, 30.5)),
+                        n_samples=256, chosen=step, fresh_seed=1, fresh_f_mem=0.0, fresh_quality=30.6,
+                        plateau_level=31.5, metric="FD (diffmem-pixels)")
     text = report(summary, [dataclasses.replace(advice, laws="the laws fitted in fits.json")], check, 61.0)
     _no_machine_paths(text, tmp_path)
     assert "advice verified" in text and f"step {check.step} and stopped there" in text
@@ -76,33 +78,50 @@ def test_the_report_names_no_machine_path_and_prints_whole_steps(tmp_path):
     assert not re.search(r"\d\.0\b", text.split("\n\n")[0])  # no float steps in the table
 
 
-@pytest.mark.parametrize("f_mem, quality, passed, says", [
-    (0.0, 1.0, True, "advice verified"),
-    (0.01, 1.0, False, "copies training images"),
-    (0.0, 2.5, False, "off the plateau"),
+@pytest.mark.parametrize("kept_f_mem, fresh_f_mem, fresh_quality, passed, says", [
+    (0.0, 0.0, 1.0, True, "advice verified"),
+    (0.01, 0.0, 1.0, False, "copies training images"),  # a kept checkpoint copies, though the chosen one does not
+    (0.0, 0.01, 1.0, False, "copies training images"),
+    (0.0, 0.0, 2.5, False, "off the plateau"),
 ])
-def test_the_advice_check_needs_no_copies_and_a_plateau_quality(f_mem, quality, passed, says):
-    check = AdviceCheck("advice_check/x", 100, f_mem, 100, quality, 2.0, "FD (x)")
-    assert check.passed is passed and says in check.format()
+def test_the_advice_check_needs_no_copies_and_a_plateau_quality(kept_f_mem, fresh_f_mem, fresh_quality, passed,
+                                                                 says):
+    # the model at the stop itself (step 100, quality 3.0) is off the plateau: the check judges the one kept
+    check = AdviceCheck("advice_check/x", 100, ((60, kept_f_mem, 1.1), (80, 0.0, 0.9), (100, 0.0, 3.0)), 100,
+                        chosen=80, fresh_seed=1, fresh_f_mem=fresh_f_mem, fresh_quality=fresh_quality,
+                        plateau_level=2.0, metric="FD (x)")
+    text = check.format()
+    assert check.passed is passed and says in text
+    assert "the model at step 100 itself: FD (x) = 3" in text and "kept: step 80 (best FD (x))" in text
 
 
-def test_the_advice_check_is_the_straight_run_stopped_at_that_step(tmp_path):
-    # a grid run evaluated at steps 5, 20, 60; advice = stop at 20: the check trains a fresh folder to 20 and must
-    # find the model the grid run had there (training is deterministic, evaluation is seeded)
-    cfg = tiny_config("eval.times=[5, 20, 60]", "train.num_threads=1")
+def test_the_advice_check_follows_the_advice_on_the_grid_runs_own_models(tmp_path):
+    # a grid run evaluated at steps 5, 20, 60 keeping checkpoints 1.5x apart; advice: stop at 20, keep from 5. The
+    # check trains a fresh folder to 20 and must find the grid run's models at every kept step (training is
+    # deterministic with the same thread count, evaluation is seeded), then judge the best one with fresh samples
+    cfg = tiny_config("eval.times=[5, 20, 60]", "eval.checkpoint_ratio=1.5")
     grid_run = PlannedRun("n00008_w08_s0", cfg, tmp_path / "n00008_w08_s0")
-    train(cfg, grid_run.path, progress=False, log=lambda _m: None)
-    at_20 = next(r for r in read_metrics(grid_run.path / "metrics.jsonl") if r["step"] == 20)
-    advice = advise(8, 8)  # the paper's laws: only its stop step is used, replaced below
-    advice = dataclasses.replace(advice, stop_step=20.4)
-    plateau = Estimate(10.0, 5.0, 15.0, False, "planted", level=at_20["fid"] + 1e-9)
-    check = check_advice(advice, grid_run, tmp_path, plateau)
+    train(cfg.replace(train={"num_threads": 1}), grid_run.path, progress=False, log=lambda _m: None)
+    assert main(["evaluate", str(grid_run.path), "--kept"]) == 0
+    grid = {r["step"]: r for r in read_metrics(grid_run.path / "metrics.jsonl") if 5 <= r["step"] <= 20}
+    assert sorted(grid) == [5, 7, 10, 15, 20]
+    advice = dataclasses.replace(advise(8, 8), stop_step=20.4, keep_from=4.6)  # only these two are used
+    best = min(grid.values(), key=lambda r: r["fid"])
+    plateau = Estimate(10.0, 5.0, 15.0, False, "planted", level=best["fid"] + 10.0)
+    check = check_advice(advice, grid_run, tmp_path, plateau, threads=1)
     assert check.run == "advice_check/n00008_w08_s0" and check.step == 20
-    assert check.f_mem == at_20["f_mem"] and check.quality == pytest.approx(at_20["fid"], rel=1e-9, abs=1e-9)
+    assert [s for s, _, _ in check.kept] == [5, 7, 10, 15, 20]
+    for s, f_mem, quality in check.kept:
+        assert f_mem == grid[s]["f_mem"] and quality == pytest.approx(grid[s]["fid"], rel=1e-9, abs=1e-9)
+    assert check.chosen == best["step"] and check.fresh_seed == 1
+    fresh = [r for r in read_metrics(tmp_path / check.run / "metrics.jsonl") if r["seed"] == 1]
+    assert [r["step"] for r in fresh] == [check.chosen] and check.fresh_quality == fresh[0]["fid"]
+    assert check.fresh_quality != best["fid"]  # other samples, other number
     assert check.on_plateau
     assert not (tmp_path / "advice_check" / "config.json").exists()  # not a run of the experiment
-    again = check_advice(advice, grid_run, tmp_path, plateau)  # a finished check is read back
-    assert again == check
+    lines = (tmp_path / check.run / "metrics.jsonl").read_text()
+    again = check_advice(advice, grid_run, tmp_path, plateau, threads=1)  # a finished check is read back
+    assert again == check and (tmp_path / check.run / "metrics.jsonl").read_text() == lines
 
 
 def test_ctrl_c_stops_the_demo_with_state_saved_and_a_rerun_finishes(tmp_path):

@@ -24,6 +24,11 @@ Stopping rule (docs/analysis.md copies it), with [lo, hi] the predictions' 95% i
 - window unresolved (tau_gen < tau_mem but the intervals overlap): stop at sqrt(tau_gen * tau_mem), with a warning.
 - window empty (tau_mem <= tau_gen): stop at tau_mem_lo / 2, before memorization, and say that FID will not have
   reached its plateau; more data (N) or a smaller W opens the window.
+
+Which model to keep: with an open window, the advice also says to keep checkpoints from tau_gen_hi to the stop and to
+use the one with the best FID (``Advice.keep_from``). Every step of that range lies inside the window, but the
+quality of the model at one given step is not the plateau's: at full batch with the paper's optimizer it moves
+between neighbouring steps by much more than the FID's sampling noise (docs/analysis.md, "Advice").
 """
 from __future__ import annotations
 
@@ -74,6 +79,7 @@ class Advice:
     stop_rule: str
     laws: str  # PAPER_SOURCE (the paper's laws and their source) or the fits.json they came from
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    keep_from: float | None = None  # open window: keep checkpoints from this step (tau_gen_hi) to the stop
 
     def format(self) -> str:
         """The advice as plain text for a terminal."""
@@ -95,6 +101,9 @@ class Advice:
         lines.append(f"  generalization window: {window_text}")
         if self.stop_step is not None:
             lines.append(f"  recommended stop: step {self.stop_step:.3g}  (rule: {self.stop_rule})")
+            if self.keep_from is not None:
+                lines.append(f"  keep: the checkpoints from step {self.keep_from:.3g} to the stop, and use the one "
+                             "with the best FID (one step's quality can be off the plateau)")
         else:
             lines.append(f"  recommended stop: none ({self.stop_rule})")
         lines += [f"  warning: {w}" for w in self.warnings]
@@ -232,4 +241,7 @@ def _advice(n: int, width: int, tau_gen: Prediction, tau_mem: Prediction, laws: 
     if window == "unresolved":
         warnings.insert(0, "the window is not resolved within the 95% intervals; watch f_mem "
                            "(diffmem.monitor.MemorizationMonitor) instead of trusting the step")
-    return Advice(n, width, tau_gen, tau_mem, window, stop, rule, laws, tuple(warnings))
+    keep_from = None
+    if window == "open":
+        keep_from = tau_gen.hi if tau_gen.hi is not None else tau_gen.value
+    return Advice(n, width, tau_gen, tau_mem, window, stop, rule, laws, tuple(warnings), keep_from)
