@@ -182,13 +182,19 @@ class RunStatus:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs: it exists and, where /proc tells, is not a zombie (an
+    ended job whose parent has not reaped it yet)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS) or it just ended
+        return True
+    return stat[stat.rfind(")") + 2:][:1] != "Z"  # the state letter follows the command name in parentheses
 
 
 # --- what Slurm says about a job --------------------------------------------------------------------------------

@@ -778,6 +778,8 @@ def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, o
     plans (and renders the slurm scripts); it writes nothing."""
     experiment_dir = Path(experiment_dir)
     entries = plan_sweep(base, sweep, experiment_dir, eval_separately=eval_separately)
+    if options.cluster == "local" and not dry_run and _wait_for_earlier_local_jobs(entries, options.poll_s, log):
+        entries = plan_sweep(base, sweep, experiment_dir, eval_separately=eval_separately)
     report = SweepReport(experiment_dir, options, entries, dry_run=dry_run)
     tasks = _tasks(entries)
     gpus: tuple[int, ...] = ()
@@ -830,6 +832,22 @@ def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, o
                                               f"following job {r.job_id}"))
             report.results = wait_slurm(report.results, experiment_dir, poll_s=options.poll_s, log=log)
     return report
+
+
+def _wait_for_earlier_local_jobs(entries: list[SweepEntry], poll_s: float, log: Callable[[str], None]) -> bool:
+    """Wait until the local jobs of an earlier sweep that still work on runs of this one have ended (their
+    processes run on this machine), so that a local sweep rerun right after Ctrl-C, while the interrupted jobs are
+    still saving their state, continues those runs instead of skipping them; returns whether it waited. Jobs of
+    other clusters are left alone (a Slurm sweep follows them instead)."""
+    busy = [e for e in entries if not e.jobs and e.status.state in ("running", "queued")
+            and e.status.cluster == "local"]
+    if not busy:
+        return False
+    log("waiting for the earlier job(s) still working on " + ", ".join(
+        f"{e.run.name} (job {e.status.job_id})" for e in busy) + " to end")
+    while any(run_status(e.run.path, total=e.run.cfg.train.steps).state in ("running", "queued") for e in busy):
+        time.sleep(poll_s)
+    return True
 
 
 def _followed_slurm_jobs(entries: list[SweepEntry]) -> list[JobResult]:

@@ -4,7 +4,10 @@ A real Slurm cluster: tests/test_slurm.py."""
 import json
 import os
 import signal
+import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +19,7 @@ from diffmem.cli import main
 from diffmem.config import SweepConfig
 from diffmem.rundir import RunDir
 from diffmem.status import (SUBMITIT_DIR, experiment_status, format_status, read_job, read_submissions,
-                            run_status)
+                            record_submission, run_status)
 from diffmem.sweep import ClusterOptions, RunJob, plan_sweep, render_sbatch, run_sweep
 from diffmem.train import train
 from tiny_runs import TINY_GRID, sets, tiny_config
@@ -143,7 +146,7 @@ def _signal_when_training(run: RunDir, sig: int) -> threading.Thread:
 def test_a_local_job_stopped_by_sigint_alone_is_reported_interrupted_and_a_rerun_finishes(tmp_path):
     # Ctrl-C reached the job's process but not the sweep's (e.g. `kill -INT` on the job): the job saved its state
     # and raised KeyboardInterrupt, so submitit has no result; the sweep must say "interrupted", not "failed"
-    cfg = tiny("train.steps=200", "eval.times=2")
+    cfg = tiny("train.steps=80", "eval.times=2")
     sweep = SweepConfig(n=[8], width=[8], seeds=[0])
     exp = tmp_path / "exp"
     run = RunDir(exp / "n00008_w08_s0")
@@ -159,11 +162,36 @@ def test_a_local_job_stopped_by_sigint_alone_is_reported_interrupted_and_a_rerun
                        log=lambda _m: None)
     sender.join()
     (result,) = report.results
-    assert result.status == "interrupted" and result.error is None and 1 <= result.step < 200
+    assert result.status == "interrupted" and result.error is None and 1 <= result.step < 80
     assert read_job(run.path)["outcome"] == "interrupted" and not run.is_done()
     again = run_sweep(cfg, sweep, exp, ClusterOptions("local", max_parallel=1, poll_s=0.2), progress=False,
                       log=lambda _m: None)
     assert [r.status for r in again.results] == ["done"] and run.is_done()
+
+
+def test_a_local_sweep_waits_for_an_earlier_job_still_working_on_a_run_then_trains_it(tmp_path):
+    # Ctrl-C then an immediate rerun: the interrupted job may still be saving its state. The rerun must wait for it,
+    # then continue the run, not skip it as "running" and report the experiment finished.
+    cfg = tiny("train.steps=20")
+    sweep = SweepConfig(n=[8], width=[8], seeds=[0])
+    exp = tmp_path / "exp"
+    run = RunDir(exp / "n00008_w08_s0")
+    run.path.mkdir(parents=True)
+    earlier = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    threading.Thread(target=earlier.wait, daemon=True).start()  # reaped when it ends, as init does for a job
+    record_submission(run.path, job_id=str(earlier.pid), cluster="local", kind="train", steps=20, stdout=None,
+                      stderr=None)
+    (run.path / "job.json").write_text(json.dumps({
+        "job_id": str(earlier.pid), "kind": "train", "host": socket.gethostname(), "pid": earlier.pid,
+        "cuda_visible_devices": None, "started": "2026-01-01T00:00:00+00:00", "ended": None, "outcome": None,
+        "step": None, "error": None}))
+    assert experiment_status(exp)[0].state == "running"
+    lines: list[str] = []
+    report = run_sweep(cfg, sweep, exp, ClusterOptions("local", max_parallel=1, poll_s=0.2), progress=False,
+                       log=lines.append)
+    assert any("waiting for the earlier job(s)" in line and str(earlier.pid) in line for line in lines), lines
+    assert earlier.poll() is not None  # it had ended before the sweep went on
+    assert [r.status for r in report.results] == ["done"] and run.is_done()
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="needs POSIX signals")
