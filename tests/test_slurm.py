@@ -28,7 +28,8 @@ from slurm_cluster import start_cluster, unavailable
 from tiny_runs import TINY_GRID, sets, tiny_config
 
 REASON = unavailable()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+# one xdist worker runs every test here, against the one cluster its session starts
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.xdist_group("slurm")]
 
 
 # --- the cluster and helpers -------------------------------------------------------------------------------------
