@@ -12,7 +12,7 @@ run's own measured timescales (:func:`diffmem.analysis.advise.advise_measured`).
 open is a step ``stop`` with tau_gen_hi < stop < tau_mem_lo, and the range of checkpoints to keep, from tau_gen_hi
 to ``stop``. The demo then follows it as a user would: it trains that run's config again, with a budget of exactly
 ``stop`` steps, evaluations at tau_gen_hi and at ``stop`` and checkpoints kept between them as in the grid
-(``eval.checkpoint_ratio``), into ``advice_check/<run name>`` (not a run of the grid: ``diffmem analyze`` does not
+(``eval.checkpoint_ratio``; none when the grid keeps none), into ``advice_check/<run name>`` (not a run of the grid: ``diffmem analyze`` does not
 read it). It evaluates every kept checkpoint, takes the one with the best FID / FD, and evaluates that one again with
 fresh samples (``eval.seed`` + 1), so that choosing the best of a few does not flatter the number reported. Training
 is deterministic with the grid's thread count, so these are the grid run's own models. The advice holds when no
@@ -61,9 +61,6 @@ def quick_version(base: RunConfig, sweep: SweepConfig) -> tuple[RunConfig, Sweep
 
 
 # --- the advice check ---------------------------------------------------------------------------------------------
-
-KEEP_RATIO = 1.2  # kept checkpoints of the check when the grid keeps none (eval.checkpoint_ratio = 0)
-
 
 @dataclass(frozen=True)
 class AdviceCheck:
@@ -137,9 +134,9 @@ def check_advice(advice: Advice, planned: PlannedRun, experiment_dir: str | Path
         raise ValueError("the advice recommends no step; nothing to check")
     step = max(1, round(advice.stop_step))
     first = min(step, max(1, math.ceil(advice.keep_from))) if advice.keep_from is not None else step
-    ratio = planned.cfg.eval.checkpoint_ratio or KEEP_RATIO
+    ratio = planned.cfg.eval.checkpoint_ratio if first < step else 0.0  # the grid's spacing; 0: the two ends only
     cfg = planned.cfg.replace(train={"steps": step},
-                              eval={"times": sorted({first, step}), "checkpoint_ratio": ratio if first < step else 0.0,
+                              eval={"times": sorted({first, step}), "checkpoint_ratio": ratio,
                                     "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0})
     cfg = job_config(cfg, "train", eval_separately=False, threads=threads)
     relative = Path(CHECK_DIR) / planned.name
