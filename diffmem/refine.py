@@ -32,7 +32,7 @@ import math
 from typing import Any, Protocol, Sequence
 
 from diffmem.analysis.runfiles import latest_per_step
-from diffmem.analysis.timescales import TimescaleInputError, estimate_run
+from diffmem.analysis.timescales import TimescaleInputError, estimate_run, evaluation_bracket
 from diffmem.rundir import RunDir
 
 
@@ -67,13 +67,9 @@ def brackets(records: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     out = {}
     if est["tau_mem"].measured:
         out["tau_mem"] = (int(est["tau_mem"].lo), int(est["tau_mem"].hi))
-    gen = est["tau_gen"]
-    if gen.measured:
-        steps = [int(r["step"]) for r in records if r.get("fid") is not None]
-        before = [s for s in steps if s <= gen.value]
-        after = [s for s in steps if s >= gen.value]
-        if before and after:
-            out["tau_gen"] = (before[-1], after[0])
+    gen = evaluation_bracket(records, est["tau_gen"])
+    if gen is not None:
+        out["tau_gen"] = gen
     return out
 
 

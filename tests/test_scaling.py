@@ -64,7 +64,7 @@ def test_bootstrap_is_seeded():
 
 
 def test_planted_laws_are_recovered(planted):
-    _, runs, summary = planted
+    root, runs, summary = planted
     mem = summary.fits["tau_mem_vs_n"].groups["32"]
     assert mem.exponent_lo <= 1.0 <= mem.exponent_hi and abs(mem.exponent - 1) < 0.15
     assert mem.n_runs == 15 and not mem.censored
@@ -74,6 +74,10 @@ def test_planted_laws_are_recovered(planted):
         assert r.tau_gen.value == pytest.approx(1e5, rel=0.15)
         planted_mem = 300 * r.n
         assert r.tau_mem.lo <= planted_mem * 1.05 and r.tau_mem.hi >= planted_mem  # bracket holds the truth
+        lo, hi = r.tau_gen_bracket  # the evaluations around the crossing, inside the noise-carrying interval
+        assert r.tau_gen.lo <= lo <= r.tau_gen.value <= hi <= r.tau_gen.hi and lo < hi
+        steps = [int(s) for s in read_run(root / r.run).steps]
+        assert steps.index(hi) == steps.index(lo) + 1  # neighbouring evaluations
     assert not summary.fits["tau_gen_vs_width"].pooled.fitted  # one width only: reported, not raised
     assert "fewer than 2 distinct width" in summary.fits["tau_gen_vs_width"].pooled.reason
 

@@ -39,14 +39,17 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     # extras after the contract's columns
     "state", "fid_extractor", "tau_gen_censored", "tau_gap_censored", "n_evals", "planned_steps",
     "batch", "tau_mem_epochs", "tau_mem_epochs_lo", "tau_mem_epochs_hi", "tau_gen_epochs",
-    "fid_first", "fid_plateau_noise", "fid_noise_to_fall",
+    "fid_first", "fid_plateau_noise", "fid_noise_to_fall", "tau_gen_bracket_lo", "tau_gen_bracket_hi",
 )
 """Columns of summary.csv, in order. ``steps`` is the last evaluated step (an integer); ``planned_steps`` is
 train.steps; ``batch`` the effective batch; ``*_epochs`` the same timescale in passes over the train set
 (steps x batch / n). Quality's resolution: ``fid_first`` is the FID / FD at the first evaluation,
 ``fid_plateau_noise`` the plateau's noise sigma of the tau_gen rule (the scatter between neighbouring evaluations,
 or the metric's own standard error when larger), ``fid_noise_to_fall`` = fid_plateau_noise / (fid_first - min_fid):
-how large that noise is against the curve's fall to its plateau (small: tau_gen is well resolved)."""
+how large that noise is against the curve's fall to its plateau (small: tau_gen is well resolved).
+``tau_gen_bracket_lo/hi``: the evaluated steps just before and after tau_gen's crossing, the part of its interval
+that only more evaluations narrow (the interval [tau_gen_lo, tau_gen_hi] holds it and also carries the FID's
+noise); tau_mem's interval is its bracket of evaluations already."""
 
 
 # --- one run --------------------------------------------------------------------------------------------------------
@@ -72,6 +75,7 @@ class RunSummary:
     tau_gen: Estimate
     tau_mem: Estimate
     tau_gap: Estimate
+    tau_gen_bracket: tuple[int, int] | None = None  # evaluated steps around tau_gen's crossing
 
     def row(self) -> dict[str, Any]:
         """The summary.csv row (keys = :data:`SUMMARY_COLUMNS`)."""
@@ -89,6 +93,8 @@ class RunSummary:
             "tau_mem_epochs_hi": self.tau_mem_epochs.hi, "tau_gen_epochs": self.tau_gen_epochs.value,
             "fid_first": self.fid_first, "fid_plateau_noise": self.tau_gen.noise,
             "fid_noise_to_fall": self.fid_noise_to_fall,
+            "tau_gen_bracket_lo": self.tau_gen_bracket[0] if self.tau_gen_bracket else None,
+            "tau_gen_bracket_hi": self.tau_gen_bracket[1] if self.tau_gen_bracket else None,
         }
 
     @property
@@ -136,6 +142,7 @@ def summarize_run(record: RunRecord) -> RunSummary:
         final_f_mem=float(finite_f[-1]) if finite_f.size else None,
         fid_first=float(finite_fid[0]) if finite_fid.size else None,
         tau_gen=tau_gen, tau_mem=tau_mem, tau_gap=tau_gap,
+        tau_gen_bracket=timescales.evaluation_bracket(record.evaluations, tau_gen),
     )
 
 

@@ -330,6 +330,19 @@ def quality_se(record: dict[str, Any]) -> float | None:
     return None
 
 
+def evaluation_bracket(records: Sequence[dict[str, Any]], estimate: Estimate,
+                       key: str = "fid") -> tuple[int, int] | None:
+    """The evaluated steps just before and just after a measured crossing of the ``key`` curve (``estimate`` from
+    ``records``, one per step, sorted by step): what only more evaluations can narrow. The estimate's interval holds
+    it and is wider where it also carries the metric's noise (tau_gen). None when the estimate is not measured."""
+    if not estimate.measured:
+        return None
+    steps = [int(r["step"]) for r in records if r.get(key) is not None]
+    before = [s for s in steps if s <= estimate.value]
+    after = [s for s in steps if s >= estimate.value]
+    return (before[-1], after[0]) if before and after else None
+
+
 def estimate_run(records: Sequence[dict[str, Any]]) -> dict[str, Estimate]:
     """tau_mem, tau_gen and tau_gap of one run from its metrics.jsonl records (one per step, sorted by step): the one
     place where the columns meet the estimators, for the analysis, the training loop's stop rule and refinement."""
