@@ -102,8 +102,8 @@ class Advice:
         if self.stop_step is not None:
             lines.append(f"  recommended stop: step {self.stop_step:.3g}  (rule: {self.stop_rule})")
             if self.keep_from is not None:
-                lines.append(f"  keep: the checkpoints from step {self.keep_from:.3g} to the stop, and use the one "
-                             "with the best FID (one step's quality can be off the plateau)")
+                lines.append(f"  keep: the checkpoints from step {math.ceil(self.keep_from):.3g} to the stop, and use "
+                             "the one with the best FID (one step's quality can be off the plateau)")
         else:
             lines.append(f"  recommended stop: none ({self.stop_rule})")
         lines += [f"  warning: {w}" for w in self.warnings]
