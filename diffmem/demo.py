@@ -12,8 +12,8 @@ run's own measured timescales (:func:`diffmem.analysis.advise.advise_measured`).
 open is a step ``stop`` with tau_gen_hi < stop < tau_mem_lo, and the range of checkpoints to keep, from tau_gen_hi
 to ``stop``. The demo then follows it as a user would: it trains that run's config again, with a budget of exactly
 ``stop`` steps, evaluations at tau_gen_hi and at ``stop`` and checkpoints kept between them as in the grid
-(``eval.checkpoint_ratio``; none when the grid keeps none), into ``advice_check/<run name>`` (not a run of the grid: ``diffmem analyze`` does not
-read it). It evaluates every kept checkpoint, takes the one with the best FID / FD, and evaluates that one again with
+(``eval.checkpoint_ratio``; none when the grid keeps none), into ``advice_check/<run name>`` (not a run of the grid:
+``diffmem analyze`` does not read it). It evaluates every kept checkpoint, takes the one with the best FID / FD, and evaluates that one again with
 fresh samples (``eval.seed`` + 1), so that choosing the best of a few does not flatter the number reported. Training
 is deterministic with the grid's thread count, so these are the grid run's own models. The advice holds when no
 kept checkpoint copies a training image (f_mem = 0 among each evaluation's samples and among the fresh ones) and
@@ -41,7 +41,7 @@ from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.io import atomic_write_text
 from diffmem.metrics.fid import metric_label
 from diffmem.rundir import RunDir
-from diffmem.sweep import ClusterOptions, job_config, run_sweep
+from diffmem.sweep import ClusterOptions, job_config, local_job_threads, run_sweep
 from diffmem.train import train
 
 # --quick: the same grid with fewer steps, samples and evaluations, so the test suite can run the demo end to end.
@@ -195,7 +195,7 @@ def run_demo(base: RunConfig, sweep: SweepConfig, out: str | Path, *, quick: boo
     check = None
     if checked is not None:
         print(f"  checking the advice: training {largest.name} to step {round(checked.stop_step)}", flush=True)
-        check = check_advice(checked, largest, out, row.tau_gen, threads=max(1, (os.cpu_count() or 1) // jobs))
+        check = check_advice(checked, largest, out, row.tau_gen, threads=local_job_threads(jobs))
     text = report(summary, advices, check, time.perf_counter() - start)
     atomic_write_text(out / "report.txt", text + "\n")
     print(text)

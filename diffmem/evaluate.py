@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -240,6 +241,17 @@ def _open_run(run_dir: str | Path) -> tuple[RunDir, RunConfig]:
     return run, config_from_dict(json.loads(run.config_path.read_text())["config"])
 
 
+@contextmanager
+def _locked_evaluator(run: RunDir, cfg: RunConfig, device: str, log: Callable[[str], None]) -> Iterator[Evaluator]:
+    """An Evaluator of ``run`` with ``cfg``, while holding the run's lock (never two processes appending to one
+    metrics.jsonl)."""
+    images = load_images(cfg.data)
+    splits = make_splits(images, cfg.data)
+    dev = resolve_device(device)
+    with RunLock(run):
+        yield Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
+
+
 def evaluate_again(run_dir: str | Path, step: int, seed: int, device: str = "auto",
                    log: Callable[[str], None] = print) -> dict[str, Any]:
     """Evaluate the saved checkpoint of ``step`` once more with sampling seed ``seed`` (fresh samples, the run's
@@ -247,12 +259,7 @@ def evaluate_again(run_dir: str | Path, step: int, seed: int, device: str = "aut
     latest line per step see it, so use it where a second opinion on one checkpoint is wanted (the demo's advice
     check), not on the grid of a run that is analyzed."""
     run, cfg = _open_run(run_dir)
-    cfg = cfg.replace(eval={"seed": seed})
-    images = load_images(cfg.data)
-    splits = make_splits(images, cfg.data)
-    with RunLock(run):
-        evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), resolve_device(device),
-                              log=log)
+    with _locked_evaluator(run, cfg.replace(eval={"seed": seed}), device, log) as evaluator:
         return evaluator.evaluate_checkpoint(step)
 
 
@@ -275,11 +282,7 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
             raise ConfigError(f"{run.path} was trained without eval.refine_ratio: it keeps no checkpoints to refine, "
                              "so --refine-n-samples has nothing to do")
         cfg = cfg.replace(eval={"refine_n_samples": refine_n_samples})
-    images = load_images(cfg.data)
-    splits = make_splits(images, cfg.data)
-    dev = resolve_device(device)
-    with RunLock(run):  # never two processes appending to one metrics.jsonl
-        evaluator = Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
+    with _locked_evaluator(run, cfg, device, log) as evaluator:
         done = evaluator.fill_missing(kept=kept)
         if cfg.eval.refine_ratio and run.is_done():
             done += refine_brackets(evaluator, run, cfg.eval.refine_ratio, cfg.eval.refine_n_samples)

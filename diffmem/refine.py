@@ -15,9 +15,9 @@ log-spaced grid). diffmem sharpens the brackets after training instead of evalua
   about 4 copies and as clean only with none, so with n samples f_mem between about 0.5/n and 4/n is neither
   (:mod:`diffmem.analysis.timescales`). With n = 1000 that zone often holds a kept checkpoint, and the bracket
   stops shrinking; with M = 10 n samples it moves to a 10 times smaller f_mem, where f_mem usually rises more
-  steeply in log time (just after an onset), so it spans less time. The bracket's clean end must then be clean among M samples too: when it was measured with fewer, it is re-evaluated
-  with M before the bracket counts as resolved (fewer samples can only miss copies, so a memorized end needs no
-  re-evaluation).
+  steeply in log time (just after an onset), so it spans less time. The bracket's clean end must then be clean
+  among M samples too: when it was measured with fewer, it is re-evaluated with M before the bracket counts as
+  resolved (fewer samples can only miss copies, so a memorized end needs no re-evaluation).
 - ``eval.stop_f_mem = f`` stops training at the first evaluation after which tau_mem and tau_gen are both measured
   (neither censored) and the lower end of f_mem's 95% interval is at least ``f`` (memorization has saturated):
   :func:`stop_reason`. That evaluation's record carries ``"stop"`` with the reason, and the run's ``done`` file says

@@ -282,6 +282,11 @@ def plan_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, 
     return entries
 
 
+def local_job_threads(parallel: int) -> int:
+    """The torch threads of each of ``parallel`` local jobs: the machine's cores shared among them, at least 1."""
+    return max(1, (os.cpu_count() or 1) // parallel)
+
+
 def job_config(cfg: RunConfig, kind: str, *, eval_separately: bool, threads: int = 0) -> RunConfig:
     """The config a job runs with: eval.inline off for training jobs of ``eval_separately`` sweeps, and
     ``threads`` torch threads when > 0 and the config leaves train.num_threads at 0 (execution keys only, so the
@@ -411,11 +416,17 @@ def _failure_line(task: _Task, job_id: str, error: BaseException, experiment_dir
     return result_error(experiment_dir, job_id) or one_line(error)
 
 
+def _interrupted_record(run_dir: Path, job_id: str) -> dict[str, Any] | None:
+    """The run's job record when it says that job ``job_id`` was stopped by a SIGINT (state saved, a rerun
+    continues), else None."""
+    record = read_job(run_dir) or {}
+    return record if record.get("outcome") == "interrupted" and record.get("job_id") in (job_id, None) else None
+
+
 def _errored(task: _Task, job_id: str, error: BaseException, experiment_dir: Path, log: str | None = None) -> JobResult:
-    """The JobResult of a job that raised: "interrupted" when its own record says a SIGINT stopped it (its state is
-    saved; a rerun continues), else "failed" with the one line that says why."""
-    record = read_job(task.entry.run.path) or {}
-    if record.get("outcome") == "interrupted" and record.get("job_id") in (job_id, None):
+    """The JobResult of a job that raised: "interrupted" when its own record says a SIGINT stopped it, else
+    "failed" with the one line that says why."""
+    if (record := _interrupted_record(task.entry.run.path, job_id)) is not None:
         return JobResult(task.entry.run.name, task.kind, job_id, "interrupted", record.get("step"), log=log)
     return JobResult(task.entry.run.name, task.kind, job_id, "failed",
                      error=_failure_line(task, job_id, error, experiment_dir), log=log)
@@ -717,9 +728,9 @@ def _ended_slurm_job(submitted: JobResult, state: SlurmJobState | str | None, ex
     if result is not None and result[0] == "success" and isinstance(result[1], JobOutcome):
         return JobResult(**base, status=result[1].status, step=result[1].step, log=submitted.log)
     if result is not None and result[0] == "error":
-        record = read_job(experiment_dir / submitted.name) or {}
-        if record.get("job_id") == submitted.job_id and record.get("outcome") == "interrupted":
+        if (record := _interrupted_record(experiment_dir / submitted.name, submitted.job_id)) is not None:
             return JobResult(**base, status="interrupted", step=record.get("step"), log=submitted.log)
+        record = read_job(experiment_dir / submitted.name) or {}
         error = record.get("error") if record.get("job_id") == submitted.job_id and record.get("outcome") == "failed" \
             else result_error(experiment_dir, submitted.job_id)
         return JobResult(**base, status="failed", error=error, log=err_log)
@@ -789,7 +800,7 @@ def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, o
         parallel = options.max_parallel or len(gpus) or os.cpu_count() or 1
     threads = 0
     if options.cluster == "local":
-        threads = max(1, (os.cpu_count() or 1) // parallel)
+        threads = local_job_threads(parallel)
     elif options.cluster == "slurm":  # the job's CPUs, not every core of its node
         threads = options.cpus_per_job or _int_or(dict(options.slurm_options).get("cpus-per-task"), 1)
 
