@@ -13,8 +13,8 @@ open is a step ``stop`` with tau_gen_hi < stop < tau_mem_lo, and the range of ch
 to ``stop``. The demo then follows it as a user would: it trains that run's config again, with a budget of exactly
 ``stop`` steps, evaluations at tau_gen_hi and at ``stop`` and checkpoints kept between them as in the grid
 (``eval.checkpoint_ratio``; none when the grid keeps none), into ``advice_check/<run name>`` (not a run of the grid:
-``diffmem analyze`` does not read it). It evaluates every kept checkpoint, takes the one with the best FID / FD, and evaluates that one again with
-fresh samples (``eval.seed`` + 1), so that choosing the best of a few does not flatter the number reported. Training
+``diffmem analyze`` does not read it). It evaluates every kept checkpoint, takes the one with the best FID / FD, and
+evaluates that one again with fresh samples (``eval.seed`` + 1), so that choosing the best of a few does not flatter the number reported. Training
 is deterministic with the grid's thread count, so these are the grid run's own models. The advice holds when no
 kept checkpoint copies a training image (f_mem = 0 among each evaluation's samples and among the fresh ones) and
 the fresh FID / FD lies within the plateau band of the full run (at or below the band's upper edge,
