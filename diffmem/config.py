@@ -118,6 +118,8 @@ class EvalConfig:
     refine_n_samples: int = 0  # > 0: refinement evaluations draw this many samples (f_mem from all, FID from the
     #                            first n_samples) and tau_mem's clean end is re-measured with them; 0: n_samples
     stop_f_mem: float = 0.0  # > 0: stop training once f_mem_lo >= this and tau_mem and tau_gen are measured
+    mem_levels: tuple[float, ...] = (0.01, 0.1)  # analysis only: f_mem levels whose crossing steps are read
+    #                                              (tau_mem_at_L); increasing, each in (0, 1); [] reads none
     fid_weights: str | None = None  # local Inception weights file (else $DIFFMEM_FID_WEIGHTS or torch's hub cache)
 
 
@@ -553,6 +555,9 @@ def validate(cfg: RunConfig) -> None:
                           f"{e.n_samples}: refinement adds samples, it never uses fewer")
     if not 0.0 <= e.stop_f_mem <= 1.0:
         raise ConfigError(f"eval.stop_f_mem = {e.stop_f_mem} must be in [0, 1] (0: never stop early)")
+    if any(not 0.0 < v < 1.0 for v in e.mem_levels) or any(b <= a for a, b in zip(e.mem_levels, e.mem_levels[1:])):
+        raise ConfigError(f"eval.mem_levels = {list(e.mem_levels)} must be increasing fractions in (0, 1), e.g. "
+                          "[0.01, 0.1], or [] to read no level crossing")
     if not 0.0 < e.mem_threshold <= 1.0:
         raise ConfigError(f"eval.mem_threshold = {e.mem_threshold} must be in (0, 1]")
     if e.loss_t <= 0:
@@ -562,6 +567,9 @@ def validate(cfg: RunConfig) -> None:
 # Keys that may change between reruns of one run folder: they change how a run executes, not what it computes.
 EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.channels_last", "train.compile", "eval.inline",
                             "eval.batch_size", "eval.fid_weights"})
+# Keys that only the analysis of a run's metrics reads: they change neither training nor any evaluation, so they may
+# change between reruns too, and a run folder written before one of them continues with today's value.
+ANALYSIS_KEYS = frozenset({"eval.mem_levels"})
 
 
 def continuation_diff(stored: dict[str, Any], cfg: RunConfig) -> list[str]:
@@ -579,12 +587,12 @@ def continuation_diff(stored: dict[str, Any], cfg: RunConfig) -> list[str]:
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``section.key: old -> new`` for every key that differs between two ``RunConfig.to_dict()`` results,
-    ignoring ``EXECUTION_KEYS``."""
+    ignoring ``EXECUTION_KEYS`` and ``ANALYSIS_KEYS``."""
     out = []
     for section in sorted(set(old) | set(new)):
         a, b = old.get(section, {}), new.get(section, {})
         for key in sorted(set(a) | set(b)):
             name = f"{section}.{key}"
-            if name not in EXECUTION_KEYS and a.get(key) != b.get(key):
+            if name not in EXECUTION_KEYS and name not in ANALYSIS_KEYS and a.get(key) != b.get(key):
                 out.append(f"{name}: {a.get(key)!r} -> {b.get(key)!r}")
     return out

@@ -1,7 +1,14 @@
 """Config: defaults are the paper's protocol; TOML + --set overrides; one-line errors for bad keys and types."""
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
-from diffmem.config import ConfigError, RunConfig, config_diff, config_from_dict, load_config, parse_override
+from diffmem.config import (ConfigError, RunConfig, config_diff, config_from_dict, continuation_diff, load_config,
+                            parse_override)
+from diffmem.rundir import RunDir
+from diffmem.train import check_same_config
 
 
 def write(tmp_path, text):
@@ -86,3 +93,36 @@ def test_parse_override_literals():
     assert parse_override("sweep.n=[8, 16]") == ("sweep", "n", [8, 16])
     assert parse_override('data.path="/a b/c"') == ("data", "path", "/a b/c")
     assert parse_override("data.path=/data/celeba") == ("data", "path", "/data/celeba")
+
+
+def test_mem_levels_default_round_trip_and_off():
+    cfg, _ = load_config(None, ["data.source=lfw_faces"])
+    assert cfg.eval.mem_levels == (0.01, 0.1) and cfg.to_dict()["eval"]["mem_levels"] == [0.01, 0.1]
+    assert config_from_dict(cfg.to_dict()) == cfg
+    off, _ = load_config(None, ["data.source=lfw_faces", "eval.mem_levels=[]"])
+    assert off.eval.mem_levels == ()  # no level crossing is read
+
+
+@pytest.mark.parametrize("levels", ["[0.1, 0.01]", "[0.01, 0.01]", "[0, 0.1]", "[0.5, 1]"])
+def test_mem_levels_must_be_increasing_fractions(levels):
+    with pytest.raises(ConfigError, match=r"eval.mem_levels = .* must be increasing fractions in \(0, 1\)") as info:
+        load_config(None, ["data.source=lfw_faces", f"eval.mem_levels={levels}"])
+    assert "\n" not in str(info.value)
+
+
+def test_a_run_folder_written_before_mem_levels_still_continues(tmp_path):
+    """results/cpu_digits/n00128_w08_s0/config.json predates eval.mem_levels, which only the analysis reads: the run
+    continues with today's default and with any other levels."""
+    committed = Path(__file__).resolve().parents[1] / "results" / "cpu_digits" / "n00128_w08_s0" / "config.json"
+    stored = json.loads(committed.read_text())["config"]
+    assert "mem_levels" not in stored["eval"]
+    cfg = config_from_dict(stored)
+    assert cfg.eval.mem_levels == (0.01, 0.1)
+    other = cfg.replace(eval={"mem_levels": (0.05,)})
+    assert continuation_diff(stored, cfg) == [] and continuation_diff(stored, other) == []
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(committed, run / "config.json")
+    assert check_same_config(other, RunDir(run))
+    assert continuation_diff(stored, cfg.replace(eval={"mem_threshold": 0.25})) == [
+        "eval.mem_threshold: 0.3333333333333333 -> 0.25"]  # a key that changes what is measured is still refused

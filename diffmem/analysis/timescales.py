@@ -1,4 +1,5 @@
-"""Timescale estimators of one run: tau_mem, tau_gen and tau_gap, each with an interval and an explicit rule.
+"""Timescale estimators of one run: tau_mem (and its level crossings tau_mem_at_L), tau_gen and tau_gap, each with an
+interval and an explicit rule.
 
 Every estimator takes plain sequences (one entry per evaluation; ``None`` or NaN marks a metric that was not
 recorded at that evaluation and is dropped) and returns an :class:`Estimate`. Steps are optimizer steps (>= 0);
@@ -27,25 +28,53 @@ Definitions (docs/analysis.md copies them):
   evaluated (unlike "two consecutive evaluations"). A later dip does not undo a detection: the first significant
   evaluation counts. When the interval was not recorded it is computed from ``n_samples`` as the 2.5% and 97.5%
   quantiles of Binomial(n_samples, f_mem) / n_samples, the limit of the percentile bootstrap of a fraction.
-- **tau_gen** (:func:`tau_gen`). FID (or FD) reaches its plateau. Let ``m`` be the minimum, made robust to a single
-  low outlier: the mean of the 3 lowest values over the evaluations (of all values when fewer). The plateau band is
-  ``m + band`` with ``band = max(rtol * |m|, z * sigma)`` (defaults rtol = 0.05, z = 3: the lowest values of a noisy
-  plateau lie 1.5 to 2 sigma below its level, so the band must reach past that), where ``sigma`` is the noise of
-  the plateau: the larger of the metric's own sampling noise (the median of the per-evaluation standard errors
-  ``se`` over the plateau, when given, e.g. from a bootstrap over samples) and the scatter of the plateau's
-  neighbour differences, ``1.4826 * MAD(diff) / sqrt 2`` (0 with fewer than 3 evaluations; a slow drift of the
-  plateau does not inflate it). The plateau runs from the first evaluation inside the band through the minimum and
-  on while the curve stays inside the band; a later rise (quality often worsens once the model memorizes) ends it
-  and is not counted as noise, so it cannot widen the band and pull tau_gen earlier. Since the band and its first evaluation depend on each other, they are found
-  by iteration from ``band = rtol * |m|`` until the first evaluation inside the band no longer moves (at most 10
-  rounds). tau_gen is the step at which the FID curve, linear in log time between evaluations, first falls to
-  ``m + band``. Interval: at least the bracket of evaluations around that crossing (the last one above the band, the
-  first one inside it: the grid cannot place the plateau's start more finely), widened by the same crossing for the
-  per-evaluation bounds (``fid -/+ z * max(se_i, sigma)`` unless ``lo``/``hi`` are passed): ``lo`` = the earlier of the
-  bracket's start and the step where the lower bound first reaches the band, ``hi`` = the later of the bracket's end
-  and the step where the upper bound does (None if it never does). When fewer than 3 evaluations lie from that first
-  evaluation to the last, the plateau is not confirmed (FID may still fall): censored, value = lo = the crossing,
-  hi = None. On the plateau at the first evaluation: censored upper bound. Fewer than 2 FID values: value None.
+- **tau_mem_at_L** (:func:`tau_mem_level`). The step at which f_mem first rises to the fixed fraction ``L``
+  (``eval.mem_levels``, default 0.01 and 0.1). Let ``i`` be the first evaluation with ``f_mem >= L``; tau_mem_at_L
+  is the log-time interpolation of f_mem = L between evaluations ``i - 1`` and ``i``. Interval: from the last
+  evaluation before f_mem_hi first reaches L (there the 95% interval still excludes L; the first evaluation's step
+  when f_mem_hi is at or above L from the start) to the first evaluation at which f_mem_lo reaches L (the crossing is
+  established): evaluated steps, not interpolations, because f_mem is not observed in between. A non-monotone f_mem
+  keeps its first crossing (a later dip below L does not undo it, as for the onset), and the interval spans
+  everything from the first step the data cannot exclude to the first step the data establish, so a crossing read
+  on a chance excursion has a wide interval. Censoring: f_mem below L at every evaluation: lower bound, value = lo =
+  the last step; at or above L at the first evaluation: upper bound at the first step; f_mem reached L but f_mem_lo
+  never did: not established, lower bound at the interval's early end. Missing intervals come from ``n_samples``
+  (binomial) as for tau_mem. Unlike the onset, whose step is where k ~ 4 copies among the n samples become
+  significant (f_mem ~ 4/n, so it moves earlier as n grows), the level L is a property of the model: more samples
+  narrow the interval around the same step.
+- **tau_gen** (:func:`tau_gen`). FID (or FD) reaches its plateau; the band comes from the metric's own sampling
+  error, not from its differences between evaluations (which measure the curve's trend and the model's swings
+  between checkpoints). The curve read is the running median of each evaluation and its two neighbours
+  (:func:`smoothed_quality`; the first and last evaluations keep their value): it leaves a monotone stretch
+  unchanged and removes an excursion of one evaluation up or down. Let ``m`` be its minimum. The plateau band is
+  ``m + band`` with ``band = max(rtol * |m|, z * sigma)`` (defaults rtol = 0.05, z = 3), where ``sigma`` is the
+  metric's sampling error on the plateau: the median of the per-evaluation standard errors ``se`` over the plateau
+  evaluations (over every evaluation with one when none on the plateau has one). The plateau runs from the first
+  evaluation whose smoothed value is inside the band through the minimum and on while the smoothed curve stays
+  inside the band; a later rise (quality often worsens once the model memorizes) ends it and never widens the band.
+  The band and the plateau's first evaluation depend on each other; they are iterated from ``band = rtol * |m|``
+  until that evaluation no longer moves (at most 10 rounds). z = 3: ``m`` is the lowest of many smoothed values and
+  lies 1 to 2 sigma below the plateau's level, and the smoothed value at the plateau's first evaluation can lie 1
+  sigma above it. rtol = 0.05: where the sampling error is tiny, a model within 5% of the run's best quality counts as
+  on the plateau; a smaller tolerance would read tau_gen on the slow last approach to the minimum, where the swings
+  between checkpoints (tens of percent at full batch: results/demo_step_scan) already dominate. Without any ``se``
+  (a run with ``eval.fid_boot = 0`` and one reference set): ``sigma = |m| * r``, with ``r`` the relative scatter of
+  the whole curve about its local trend (:func:`scatter_about_local_trend` of ln FID: a trend linear in log time
+  gives no residual, and the whole curve rather than the plateau, which the band itself delimits, avoids measuring
+  a lucky low stretch; it assumes the noise is proportional to the FID); the rule string says so. tau_gen is the
+  step at which the smoothed curve, linear in log time between evaluations, first falls to ``m + band``. Interval:
+  at least the bracket of evaluations around that crossing (the last one above the band, the first one inside it:
+  the grid cannot place the plateau's start more finely), widened by the same crossing for the smoothed
+  per-evaluation 95% bounds (``fid -/+ 1.96 se_i``, ``sigma`` where ``se_i`` is missing, unless ``lo``/``hi`` are
+  passed; none with z = 0, an exact curve): ``lo`` = the earlier of the bracket's start and the step where the lower
+  bound first reaches the band, ``hi`` = the later of the bracket's end and the step where the upper bound does (None
+  if it never does). When fewer than 3 evaluations lie from that first evaluation to the last, the plateau is not
+  confirmed (FID may still fall): censored, value = lo = the crossing, hi = None. On the plateau at the first
+  evaluation: censored upper bound. Fewer than 2 FID values: value None. Swings of the model larger than the band that
+  last two evaluations or more are not removed: tau_gen is the *first* entry of the smoothed curve into the band, and
+  the interval carries the sampling error and the grid, not the swings. tau_gen is read from the whole quality curve
+  whatever f_mem does: when the FID is still falling at tau_mem, tau_gen may reach or pass tau_mem (an empty window);
+  it is never capped.
 - **tau_gap** (:func:`tau_gap`). The train/test loss gap opens. ``gap = test_loss - train_loss``. The reference
   evaluations are those up to and including the minimum of the test loss (at least the first 3); their median gap
   ``g0`` and robust scatter ``s0 = 1.4826 * MAD`` define the noise band, ``band_i = max(z * s0, rtol * test_loss_i)``
@@ -60,7 +89,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import ndimage, stats
+
+
+CI_Z = float(stats.norm.ppf(0.975))  # tau_gen's interval: crossings for each evaluation's 95% bounds, fid -/+ 1.96 se
 
 
 class TimescaleInputError(ValueError):
@@ -155,22 +187,18 @@ def binomial_interval(fraction: np.ndarray, n_samples: np.ndarray | int,
 
 # --- tau_mem --------------------------------------------------------------------------------------------------------
 
-def tau_mem(steps: Sequence[float], f_mem: Sequence[float | None], lo: Sequence[float | None] | None = None,
-            hi: Sequence[float | None] | None = None, *, n_samples: int | Sequence[int] | None = None,
-            floor: float = 0.0) -> Estimate:
-    """The first step at which memorization is established (see the module docstring for the exact rule).
-
-    ``f_mem``, ``lo``, ``hi``: fractions in [0, 1] per evaluation (the recorded f_mem and its 95% bootstrap
-    interval). Where ``lo``/``hi`` are missing they come from ``n_samples`` (samples per evaluation); missing with no
-    ``n_samples`` is an error. ``floor``: f_mem_lo must exceed it to count as memorized.
-    """
+def _f_mem_with_interval(steps: Sequence[float], f_mem: Sequence[float | None],
+                         lo: Sequence[float | None] | None, hi: Sequence[float | None] | None,
+                         n_samples: int | Sequence[int] | None) -> tuple[np.ndarray, ...] | None:
+    """(steps, f_mem, f_mem_lo, f_mem_hi, source) over the evaluations that recorded f_mem, the interval completed
+    from the binomial law where it was not recorded (``source`` says which); None when no f_mem was recorded."""
     s = _check_steps(steps)
     f = _as_float_array(f_mem, s.size, "f_mem")
     f_lo = _as_float_array(lo, s.size, "lo")
     f_hi = _as_float_array(hi, s.size, "hi")
     keep = np.isfinite(f)
     if not keep.any():
-        return Estimate(None, None, None, False, "no f_mem recorded")
+        return None
     s, f, f_lo, f_hi = s[keep], f[keep], f_lo[keep], f_hi[keep]
     missing = ~np.isfinite(f_lo) | ~np.isfinite(f_hi)
     source = "bootstrap interval"
@@ -183,6 +211,22 @@ def tau_mem(steps: Sequence[float], f_mem: Sequence[float | None], lo: Sequence[
         f_lo = np.where(np.isfinite(f_lo), f_lo, b_lo)
         f_hi = np.where(np.isfinite(f_hi), f_hi, b_hi)
         source = "binomial interval where the bootstrap one was not recorded"
+    return s, f, f_lo, f_hi, source
+
+
+def tau_mem(steps: Sequence[float], f_mem: Sequence[float | None], lo: Sequence[float | None] | None = None,
+            hi: Sequence[float | None] | None = None, *, n_samples: int | Sequence[int] | None = None,
+            floor: float = 0.0) -> Estimate:
+    """The first step at which memorization is established (see the module docstring for the exact rule).
+
+    ``f_mem``, ``lo``, ``hi``: fractions in [0, 1] per evaluation (the recorded f_mem and its 95% bootstrap
+    interval). Where ``lo``/``hi`` are missing they come from ``n_samples`` (samples per evaluation); missing with no
+    ``n_samples`` is an error. ``floor``: f_mem_lo must exceed it to count as memorized.
+    """
+    curves = _f_mem_with_interval(steps, f_mem, lo, hi, n_samples)
+    if curves is None:
+        return Estimate(None, None, None, False, "no f_mem recorded")
+    s, f, f_lo, f_hi, source = curves
     rule = (f"first evaluation with f_mem_lo > {floor:g} ({source}); log-time midpoint with the last evaluation "
             f"with f_mem_hi <= {floor:g} before it")
     memorized = np.flatnonzero(f_lo > floor)
@@ -203,7 +247,58 @@ def tau_mem(steps: Sequence[float], f_mem: Sequence[float | None], lo: Sequence[
     return Estimate(value, lower, float(s[b]), False, rule)
 
 
+def tau_mem_level(steps: Sequence[float], f_mem: Sequence[float | None], lo: Sequence[float | None] | None,
+                  hi: Sequence[float | None] | None, level: float, *,
+                  n_samples: int | Sequence[int] | None = None) -> Estimate:
+    """The step at which f_mem first rises to the fixed fraction ``level`` (see the module docstring for the rule).
+
+    ``steps``: optimizer steps, one per evaluation. ``f_mem``, ``lo``, ``hi``: fractions in [0, 1] per evaluation (the
+    recorded f_mem and its 95% interval; None where not recorded). Where ``lo``/``hi`` are missing they come from
+    ``n_samples`` as in :func:`tau_mem`. ``level``: a fraction in (0, 1), e.g. 0.01. Unlike the onset (:func:`tau_mem`),
+    the step does not move with the number of samples per evaluation; only its interval narrows with more samples.
+    """
+    if not 0.0 < level < 1.0:
+        raise TimescaleInputError(f"level = {level!r} must be a fraction in (0, 1), e.g. 0.01")
+    curves = _f_mem_with_interval(steps, f_mem, lo, hi, n_samples)
+    if curves is None:
+        return Estimate(None, None, None, False, "no f_mem recorded")
+    s, f, f_lo, f_hi, source = curves
+    rule = (f"first log-time crossing of f_mem = {level:g}; interval from the last evaluation before f_mem_hi first "
+            f"reaches {level:g} to the first with f_mem_lo >= {level:g} ({source})")
+    reached = np.flatnonzero(f >= level)
+    if reached.size == 0:
+        last = float(s[-1])
+        return Estimate(last, last, None, True, f"f_mem below {level:g} at every evaluation (lower bound); {rule}")
+    i = int(reached[0])
+    if i == 0:
+        first = float(s[0])
+        return Estimate(first, None, first, True, f"f_mem >= {level:g} already at the first evaluation (upper bound); "
+                                                  f"{rule}")
+    u = (level - f[i - 1]) / (f[i] - f[i - 1])
+    value = _log_between(float(s[i - 1]), float(s[i]), u)
+    j = int(np.flatnonzero(f_hi >= level)[0])  # f_hi >= f, so it reaches the level at i or before
+    if j == 0:
+        lower = float(s[0])
+        rule += f"; f_mem_hi >= {level:g} already at the first evaluation, interval from it"
+    else:
+        lower = float(s[j - 1])
+    established = np.flatnonzero(f_lo >= level)
+    if established.size == 0:
+        return Estimate(lower, lower, None, True,
+                        f"f_mem reached {level:g} at {value:.4g} but f_mem_lo did not by the last evaluation (lower "
+                        f"bound: the last evaluation before f_mem_hi reached it); {rule}")
+    return Estimate(value, lower, float(s[int(established[0])]), False, rule)
+
+
 # --- tau_gen --------------------------------------------------------------------------------------------------------
+
+def smoothed_quality(y: np.ndarray) -> np.ndarray:
+    """The quality curve that tau_gen reads: the running median of each evaluation and its two neighbours (shape of
+    ``y``, one value per evaluation, same units). The first and last evaluations keep their own value. A monotone
+    stretch is unchanged; a value above or below both its neighbours becomes the nearer neighbour's."""
+    y = np.asarray(y, dtype=float)
+    return ndimage.median_filter(y, size=3, mode="nearest") if y.size >= 3 else y.copy()
+
 
 def _plateau(y: np.ndarray, start: int, level: float) -> slice:
     """The plateau: the evaluations from ``start`` through the lowest value after it, and on while the curve stays
@@ -215,23 +310,39 @@ def _plateau(y: np.ndarray, start: int, level: float) -> slice:
     return slice(start, end)
 
 
-def _plateau_noise(y: np.ndarray, part: slice) -> float:
-    """Robust scatter of ``y`` over the plateau ``part`` from its neighbour differences, 1.4826 * MAD(diff) / sqrt 2
-    (a slow drift of the plateau does not inflate it); 0 with fewer than 3 evaluations."""
-    d = np.diff(y[part])
-    if d.size < 2:
-        return 0.0
-    return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2.0))
+def scatter_about_local_trend(steps: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Robust noise of ``y`` (its units) about its local trend in log time, and the number of residuals it rests on.
+
+    Each evaluation with a neighbour on both sides is compared with the straight line through them in log time (the
+    pseudo-residuals of Gasser, Sroka and Jennen-Steinmetz 1986): with ``u`` the log-time fraction of its step between
+    theirs, ``y_i - ((1 - u) y_prev + u y_next)`` has standard deviation ``sigma * sqrt(1 + u^2 + (1 - u)^2)`` for
+    independent noise ``sigma``, so each is divided by that factor, and ``sigma`` is their normal-scaled median
+    absolute deviation (scipy.stats.median_abs_deviation). A trend linear in log time leaves them at 0 (neighbour
+    differences would count it as noise), and the median ignores the few kinks where the trend bends. ``steps``:
+    optimizer steps, increasing, same shape as ``y``. (0.0, n) with fewer than 3 residuals.
+    """
+    n = y.size - 2
+    if n < 3:
+        return 0.0, max(n, 0)
+    a, b, c = steps[:-2], steps[1:-1], steps[2:]
+    if a[0] > 0:
+        u = np.log(b / a) / np.log(c / a)
+    else:  # step 0 has no log time: the first line is linear in steps, the others in log time
+        u = np.concatenate([[(b[0] - a[0]) / (c[0] - a[0])], np.log(b[1:] / a[1:]) / np.log(c[1:] / a[1:])])
+    resid = (y[1:-1] - ((1 - u) * y[:-2] + u * y[2:])) / np.sqrt(1 + u ** 2 + (1 - u) ** 2)
+    return float(stats.median_abs_deviation(resid, scale="normal")), int(n)
 
 
 def tau_gen(steps: Sequence[float], fid: Sequence[float | None], lo: Sequence[float | None] | None = None,
             hi: Sequence[float | None] | None = None, *, se: Sequence[float | None] | None = None,
             rtol: float = 0.05, z: float = 3.0) -> Estimate:
-    """The step at which FID (or FD) reaches its plateau (see the module docstring for the exact rule).
+    """The step (optimizer steps) at which FID (or FD) reaches its plateau (see the module docstring for the rule).
 
-    ``fid``: one value per evaluation (None where not recorded). ``se``: optional per-evaluation standard errors of
-    the FID (its sampling noise). ``lo``/``hi``: optional per-evaluation bounds; by default
-    ``fid -/+ z * max(se, sigma)``.
+    ``fid``: one value per evaluation (None where not recorded). ``se``: per-evaluation standard errors of the FID
+    (its sampling error, same units; None where not recorded); without any, the curve's relative scatter about its
+    local trend stands in for it. ``lo``/``hi``: optional per-evaluation bounds of the FID; by default each
+    evaluation's 95% bounds ``fid -/+ 1.96 se`` (none with ``z = 0``, an exact curve). In the result, ``level`` is the
+    band's upper edge ``m + band`` and ``noise`` the band's ``sigma``, both in FID units.
     """
     if rtol < 0 or z < 0:
         raise TimescaleInputError("tau_gen needs rtol >= 0 and z >= 0")
@@ -244,34 +355,48 @@ def tau_gen(steps: Sequence[float], fid: Sequence[float | None], lo: Sequence[fl
     if keep.sum() < 2:
         return Estimate(None, None, None, False, "fewer than 2 FID evaluations")
     s, y, y_lo, y_hi, y_se = s[keep], y[keep], y_lo[keep], y_hi[keep], y_se[keep]
-    m = float(np.mean(np.sort(y)[:3]))
-    band, sigma = rtol * abs(m), 0.0
-    start = int(np.flatnonzero(y <= m + band)[0])
-    for _ in range(10):  # widen the band with the plateau's noise until its start is stable
-        part = _plateau(y, start, m + band)
-        se_part = y_se[part][np.isfinite(y_se[part])]
-        sigma = max(_plateau_noise(y, part), float(np.median(se_part)) if se_part.size else 0.0)
+    has_se = np.isfinite(y_se)
+    smooth = smoothed_quality(y)
+    m = float(smooth.min())
+    if has_se.any():
+        # sigma is the median se over the plateau, which the band delimits: iterate until the plateau's start is stable
+        band = rtol * abs(m)
+        start = int(np.flatnonzero(smooth <= m + band)[0])
+        for _ in range(10):
+            part = _plateau(smooth, start, m + band)
+            on_plateau = y_se[part][has_se[part]]
+            sigma = float(np.median(on_plateau if on_plateau.size else y_se[has_se]))
+            band = max(rtol * abs(m), z * sigma)
+            new_start = int(np.flatnonzero(smooth <= m + band)[0])
+            if new_start == start:
+                break
+            start = new_start
+        source = "median se over the plateau" if on_plateau.size else "median se, none on the plateau"
+    else:
+        relative, used = scatter_about_local_trend(s, np.log(y)) if np.all(y > 0) else (0.0, 0)
+        sigma = relative * abs(m)
         band = max(rtol * abs(m), z * sigma)
-        new_start = int(np.flatnonzero(y <= m + band)[0])
-        if new_start == start:
-            break
-        start = new_start
+        source = (f"no se recorded: |m| x the relative scatter of the curve about its local log-time trend, "
+                  f"{relative:.3g} over {used} evaluations" if used >= 3 else
+                  "no se recorded and fewer than 5 evaluations or a value <= 0: sigma 0")
     level = m + band
-    y_lo = np.where(np.isfinite(y_lo), y_lo, y - z * np.where(np.isfinite(y_se), np.maximum(y_se, sigma), sigma))
-    y_hi = np.where(np.isfinite(y_hi), y_hi, y + z * np.where(np.isfinite(y_se), np.maximum(y_se, sigma), sigma))
-    rule = (f"first log-time crossing of m + max({rtol:g} * |m|, {z:g} * sigma) = {level:.4g} "
-            f"(m = mean of the 3 lowest = {m:.4g}, sigma {sigma:.3g})")
-    first_in = int(np.flatnonzero(y <= level)[0])
+    err = (CI_Z if z > 0 else 0.0) * np.where(has_se, y_se, sigma)  # z = 0: an exact curve, no noise term
+    bound_lo = smoothed_quality(np.where(np.isfinite(y_lo), y_lo, y - err))
+    bound_hi = smoothed_quality(np.where(np.isfinite(y_hi), y_hi, y + err))
+    rule = (f"first log-time crossing of the running median of 3 evaluations down to m + max({rtol:g} * |m|, "
+            f"{z:g} * sigma) = {level:.4g} (m = its minimum = {m:.4g}, sigma {sigma:.3g}: {source})")
+    first_in = int(np.flatnonzero(smooth <= level)[0])
     if first_in == 0:
         first = float(s[0])
         return Estimate(first, None, first, True,
                         f"on the plateau already at the first evaluation (upper bound); {rule}", level, sigma)
-    value = first_crossing_down(s, y, level)
+    value = first_crossing_down(s, smooth, level)
     if s.size - first_in < 3:
         return Estimate(value, value, None, True, f"fewer than 3 evaluations on the plateau, FID may still fall "
                                                   f"(lower bound); {rule}", level, sigma)
-    lower = min(first_crossing_down(s, y_lo, level), float(s[first_in - 1]))
-    upper = first_crossing_down(s, y_hi, level)
+    early = first_crossing_down(s, bound_lo, level)  # None only when bounds passed as lo lie above the FID
+    lower = float(s[first_in - 1]) if early is None else min(early, float(s[first_in - 1]))
+    upper = first_crossing_down(s, bound_hi, level)
     return Estimate(value, lower, None if upper is None else max(upper, float(s[first_in])), False, rule, level,
                     sigma)
 
@@ -343,17 +468,24 @@ def evaluation_bracket(records: Sequence[dict[str, Any]], estimate: Estimate,
     return (before[-1], after[0]) if before and after else None
 
 
-def estimate_run(records: Sequence[dict[str, Any]]) -> dict[str, Estimate]:
-    """tau_mem, tau_gen and tau_gap of one run from its metrics.jsonl records (one per step, sorted by step): the one
-    place where the columns meet the estimators, for the analysis, the training loop's stop rule and refinement."""
+def estimate_run(records: Sequence[dict[str, Any]],
+                 mem_levels: Sequence[float] = (0.01, 0.1)) -> dict[str, Estimate]:
+    """tau_mem, tau_gen and tau_gap of one run from its metrics.jsonl records (one per step, sorted by step), and for
+    each fraction L of ``mem_levels`` (``eval.mem_levels``) the level crossing ``tau_mem_at_{L:g}``
+    (:func:`tau_mem_level`; e.g. keys "tau_mem_at_0.01", "tau_mem_at_0.1"): the one place where the columns meet the
+    estimators, for the analysis, the training loop's stop rule and refinement. Values in optimizer steps."""
     def col(key: str) -> list[float | None]:
         return [r.get(key) for r in records]
 
     steps = [float(r["step"]) for r in records]
     n_samples = col("n_samples")
-    return {
-        "tau_mem": tau_mem(steps, col("f_mem"), col("f_mem_lo"), col("f_mem_hi"),
-                           n_samples=n_samples if all(v is not None for v in n_samples) else None),
+    counts = n_samples if all(v is not None for v in n_samples) else None
+    out = {
+        "tau_mem": tau_mem(steps, col("f_mem"), col("f_mem_lo"), col("f_mem_hi"), n_samples=counts),
         "tau_gen": tau_gen(steps, col("fid"), se=[quality_se(r) for r in records]),
         "tau_gap": tau_gap(steps, col("train_loss"), col("test_loss")),
     }
+    for level in mem_levels:
+        out[f"tau_mem_at_{level:g}"] = tau_mem_level(steps, col("f_mem"), col("f_mem_lo"), col("f_mem_hi"), level,
+                                                     n_samples=counts)
+    return out
