@@ -24,6 +24,7 @@ VERBS = {
     "status": "where every run of an experiment folder stands: step, f_mem, FID, state, job ids, logs",
     "bench": "time training steps, DDIM sampling or one evaluation; the last output line is one JSON object",
     "theory": "the random-features model of the paper: exact dynamics, spectrum, timescales over psi_n",
+    "coverage": "the fit interval's coverage study: planted power laws reported as 1.2x brackets, both methods",
 }
 
 
@@ -88,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help=VERBS["analyze"], description=VERBS["analyze"])
     p.add_argument("experiment_dir", help="a folder of run folders (or one run folder)")
     p.add_argument("--no-figures", action="store_true", help="write summary.csv and fits.json only")
-    p.add_argument("--n-boot", type=_positive_int, default=2000, help="bootstrap resamples of the fits (default 2000)")
+    p.add_argument("--out", metavar="DIR", help="write summary.csv and fits.json into this existing folder instead "
+                   "(no figures)")
+    p.add_argument("--n-samples", type=_positive_int, metavar="M",
+                   help="use only the evaluations that drew M samples (e.g. the grid's, without refinement's)")
 
     p = sub.add_parser("advise", help=VERBS["advise"], description=VERBS["advise"])
     p.add_argument("--n", type=int, required=True, help="train-set size N")
@@ -193,6 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "adds figures/theory_vs_unet")
     q.add_argument("--quick", action="store_true", help="a small sweep for a smoke test (d = 40, two psi_n, "
                    "one seed, no real-feature spectrum)")
+    p = sub.add_parser("coverage", help=VERBS["coverage"], description=VERBS["coverage"])
+    p.add_argument("--n-sim", type=_positive_int, default=2000,
+                   help="simulated experiments per setting (default 2000; the table in docs/analysis.md)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulations (default 0)")
+    p.add_argument("--grid-ratio", type=float, default=1.2,
+                   help="ratio of consecutive evaluation steps that bracket each tau (default 1.2)")
+    p.add_argument("--no-bootstrap", action="store_true", help="leave out the previous bootstrap method (faster)")
     return parser
 
 
@@ -236,7 +247,8 @@ def cmd_evaluate(args) -> int:
 def cmd_analyze(args) -> int:
     from diffmem.analysis.scaling import analyze
 
-    summary = analyze(args.experiment_dir, figures=not args.no_figures, n_boot=args.n_boot)
+    summary = analyze(args.experiment_dir, figures=not args.no_figures, out_dir=args.out,
+                      n_samples=args.n_samples)
     print(summary.format())
     return 0
 
@@ -340,9 +352,22 @@ def cmd_theory(args) -> int:
     return 0
 
 
+def cmd_coverage(args) -> int:
+    from diffmem.analysis.coverage import format_table, run_setting, settings
+
+    if not args.grid_ratio > 1:
+        raise ValueError(f"--grid-ratio {args.grid_ratio} must be > 1 (e.g. 1.2: evaluations 1.2x apart)")
+    results = []
+    for s in settings(grid_ratio=args.grid_ratio):
+        results.append(run_setting(s, args.n_sim, args.seed, bootstrap=not args.no_bootstrap))
+    print(f"{args.n_sim} simulated experiments per setting, seed {args.seed}, brackets {args.grid_ratio:g}x apart")
+    print(format_table(results))
+    return 0
+
+
 COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "analyze": cmd_analyze,
             "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status, "bench": cmd_bench,
-            "theory": cmd_theory}
+            "theory": cmd_theory, "coverage": cmd_coverage}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -271,8 +271,13 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
 # --- 3. scaling -----------------------------------------------------------------------------------------------------
 
 def _draw_taus(ax, rows: Sequence[dict[str, Any]], key: str, x_of, color, marker: str, scale_of=lambda r: 1.0) -> int:
-    """Measured taus with their intervals (filled), lower bounds as open up-triangles, upper bounds open down."""
+    """Measured taus with their intervals (filled), lower bounds as open up-triangles, upper bounds open down. Where
+    a cell (same N and W) holds several seeds, each seed is drawn small and faint and the cell's geometric mean over
+    its measured seeds (summary.csv's ``{key}_seed_gmean``) as a large diamond."""
     drawn = 0
+    seeded = any((r.get("seeds_in_cell") or 1) > 1 for r in rows)
+    style = dict(ms=3.5, alpha=0.5) if seeded else {}
+    means = {}
     for r in rows:
         value = r[key]
         if value is None:
@@ -289,21 +294,48 @@ def _draw_taus(ax, rows: Sequence[dict[str, Any]], key: str, x_of, color, marker
             yerr = None
             if lo is not None and hi is not None:
                 yerr = [[max(y - lo / scale, 0.0)], [max(hi / scale - y, 0.0)]]
-            ax.errorbar([x], [y], yerr=yerr, color=color, marker=marker, ls="none", capsize=2, elinewidth=0.8)
+            ax.errorbar([x], [y], yerr=yerr, color=color, marker=marker, ls="none", capsize=2, elinewidth=0.8,
+                        **style)
+        if seeded and r.get(f"{key}_seed_gmean") is not None:
+            means[x] = r[f"{key}_seed_gmean"] / scale
         drawn += 1
+    if means:
+        xs = sorted(means)
+        ax.plot(xs, [means[x] for x in xs], marker="D", ms=6, mfc=color, mec="black", mew=0.6, ls="none", zorder=5)
     return drawn
 
 
 def draw_fit(ax, fit: PowerLawFit | None, color, label_x: str) -> str | None:
-    """The fitted law over its x range (extended by 20%) with its bootstrap band; returns a legend text."""
+    """The fitted law over its x range (extended by 20%) with the 95 % interval of the law as a band (Student t on
+    the cell means, diffmem.analysis.powerlaw); returns a legend text."""
     if fit is None or not fit.fitted:
         return None
     x_min, x_max = fit.x_range
     xs = np.geomspace(x_min / 1.2, x_max * 1.2, 60)
     value, lo, hi = fit.predict(xs)
     ax.plot(xs, value, color=color, lw=1.0)
+    if fit.exponent_lo is None:
+        return f"$\\propto {label_x}^{{{fit.exponent:.2f}}}$ (no interval: 2 values)"
     ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
     return (f"$\\propto {label_x}^{{{fit.exponent:.2f}}}$ [{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]")
+
+
+def gof_text(fit: PowerLawFit | None) -> str | None:
+    """A short legend line on whether one power law fits the points (diffmem.analysis.powerlaw.GoodnessOfFit)."""
+    if fit is None or not fit.fitted or fit.gof is None:
+        return None
+    g = fit.gof
+    parts = []
+    if g.p_value is not None:
+        parts.append(f"lack of fit p = {g.p_value:.2g}")
+    if g.line_through_intervals is False:
+        parts.append("no line through all intervals" + (f" (fits without {' or '.join(g.restoring)})"
+                                                          if g.restoring else ""))
+    parts += [f"{label} off the law (p = {p:.1g})" for label, _, p in g.outliers]
+    if not parts:
+        parts.append("one power law consistent with all points" if g.p_value is not None or g.line_through_intervals
+                     else "fit not testable: one run per N")
+    return "; ".join(parts)
 
 
 def _present(data: ExperimentFiles, panels: Sequence[tuple]) -> list[tuple]:
@@ -331,9 +363,16 @@ def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
             rows = data.rows_of_width(w)
             if not _draw_taus(ax, rows, key, lambda r: r["n"], colors[w], "o"):
                 continue
-            text = draw_fit(ax, _group_fit(data, fit_name, str(w)), colors[w], "N")
+            fit = _group_fit(data, fit_name, str(w))
+            text = draw_fit(ax, fit, colors[w], "N")
             handles.append(Line2D([], [], color=colors[w], marker="o",
                                             label=f"W={w}" + (f": {text}" if text else "")))
+            gof = gof_text(fit)
+            if gof:
+                handles.append(Line2D([], [], ls="none", label=f"  {gof}"))
+        if any((r.get("seeds_in_cell") or 1) > 1 for r in data.rows):
+            handles.append(Line2D([], [], color="0.3", marker="D", mec="black", ls="none",
+                                  label="mean over seeds (faint: each seed)"))
         if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in data.rows if r[key] is not None):
             handles.append(Line2D([], [], color="0.3", marker="^", mfc="none", ls="none",
                                             label="censored (lower bound)"))

@@ -12,7 +12,8 @@ from tiny_runs import TINY_CELEBA, sets
 
 def test_help_lists_every_verb_with_a_description():
     out = subprocess.run([sys.executable, "-m", "diffmem.cli", "--help"], capture_output=True, text=True).stdout
-    expected = {"prepare", "train", "evaluate", "analyze", "advise", "demo", "sweep", "status", "bench", "theory"}
+    expected = {"prepare", "train", "evaluate", "analyze", "advise", "demo", "sweep", "status", "bench", "theory",
+                "coverage"}
     assert set(VERBS) == expected
     for verb in expected:
         assert any(line.split()[:1] == [verb] and len(line.split()) > 3 for line in out.splitlines()), verb
@@ -57,7 +58,7 @@ def test_analyze_then_advise_from_the_fitted_laws(tmp_path, capsys):
 
     write_synthetic_experiment(tmp_path / "exp", ns=[128, 256, 512, 1024], widths=[32], seeds=[0, 1],
                                steps=lambda n, w: 3000 * n)
-    assert main(["analyze", str(tmp_path / "exp"), "--n-boot", "200"]) == 0
+    assert main(["analyze", str(tmp_path / "exp")]) == 0
     out = capsys.readouterr().out
     assert "8 run(s)" in out and "tau_mem_vs_n" in out
     assert (tmp_path / "exp" / "figures" / "scaling.png").stat().st_size > 0

@@ -12,7 +12,7 @@ from diffmem.analysis import analyze
 from diffmem.analysis.advise import AdviceError, advise
 from diffmem.analysis.runfiles import RunFolderError, read_csv, read_run
 from diffmem.analysis.powerlaw import FIT_NAMES, AnalysisError, FitSet, fit_power_law, load_fits
-from diffmem.analysis.scaling import SUMMARY_COLUMNS
+from diffmem.analysis.scaling import SUMMARY_COLUMNS, level_columns
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
 
 CONTRACT_COLUMNS = ["run", "n", "width", "params", "seed", "steps", "tau_gen", "tau_gen_lo", "tau_gen_hi", "tau_mem",
@@ -52,15 +52,7 @@ def test_fit_with_one_distinct_x_is_reported_not_raised():
 def test_fit_drops_non_positive_points_with_a_reason():
     fit = fit_power_law("tau", "n", [("a", 1.0, 1.0), ("b", 2.0, 2.0), ("c", 4.0, 0.0)])
     assert fit.n_runs == 2 and fit.excluded[0][0] == "c" and "not positive" in fit.excluded[0][1]
-    assert "degenerate" in fit.ci_note
-
-
-def test_bootstrap_is_seeded():
-    rng = np.random.default_rng(1)
-    points = [(f"r{i}", float(x), float(x * rng.lognormal(0, 0.2))) for i, x in enumerate([1, 2, 4, 8, 16] * 2)]
-    a, b = fit_power_law("t", "x", points, seed=3), fit_power_law("t", "x", points, seed=3)
-    assert (a.exponent_lo, a.exponent_hi) == (b.exponent_lo, b.exponent_hi)
-    assert a.exponent_lo < a.exponent < a.exponent_hi
+    assert "no interval" in fit.ci_note and fit.exponent_lo is None
 
 
 def test_planted_laws_are_recovered(planted):
@@ -88,7 +80,8 @@ def test_summary_csv_and_fits_json_layout(planted):
     root, runs, summary = planted
     with open(root / "summary.csv", newline="") as fh:
         header = next(csv.reader(fh))
-    assert header[:len(CONTRACT_COLUMNS)] == CONTRACT_COLUMNS and header == list(SUMMARY_COLUMNS)
+    assert header[:len(CONTRACT_COLUMNS)] == CONTRACT_COLUMNS
+    assert header == list(SUMMARY_COLUMNS) + level_columns([0.01, 0.1])
     rows = read_csv(root / "summary.csv")
     assert [r["run"] for r in rows] == sorted(p.name for p in root.iterdir() if p.is_dir())
     assert all(r["state"] == "done" and r["fid_extractor"] == "inception-v3-compat" for r in rows)

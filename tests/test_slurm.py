@@ -180,7 +180,7 @@ def test_a_grid_runs_to_done_status_shows_states_and_job_ids_then_analyze(slurm,
     assert [(r.name, r.state, r.step, r.job_id) for r in rows] == [(n, "done", 20, ids[n]) for n in sorted(ids)]
     code, table = capture_main(capsys, ["status", str(exp)])
     assert "3 runs: 3 done" in table and all(f"{i}_0_log.out" in table for i in ids.values())
-    code, out = capture_main(capsys, ["analyze", str(exp), "--no-figures", "--n-boot", "20"])
+    code, out = capture_main(capsys, ["analyze", str(exp), "--no-figures"])
     assert code == 0 and (exp / "summary.csv").is_file() and "3 run(s)" in out
     code, out = capture_main(capsys, argv)
     assert code == 0 and "0 to submit" in out

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from diffmem.config import EvalConfig
 from diffmem.io import atomic_write_text, read_jsonl
 
 
@@ -51,6 +52,7 @@ class RunRecord:
     batch: int  # the effective batch, min(train.batch_size, n) (images per optimizer step)
     planned_steps: int | None
     mem_threshold: float | None
+    mem_levels: tuple[float, ...]  # eval.mem_levels: the f_mem levels whose crossing steps are read (analysis only)
     done: bool
     evaluations: tuple[dict[str, Any], ...]
 
@@ -133,6 +135,15 @@ def _config_value(cfg: dict[str, Any], section: str, key: str, path: Path, requi
     return value
 
 
+def _mem_levels(cfg: dict[str, Any]) -> tuple[float, ...]:
+    """eval.mem_levels of a stored config; folders written before the key get today's default (it only steers the
+    analysis, not the run)."""
+    value = cfg.get("eval", {}).get("mem_levels") if isinstance(cfg.get("eval"), dict) else None
+    if value is None:
+        value = EvalConfig().mem_levels
+    return tuple(float(v) for v in value)
+
+
 def read_run(run_dir: str | Path) -> RunRecord:
     """Read one run folder (config.json, metrics.jsonl, done)."""
     run_dir = Path(run_dir)
@@ -159,6 +170,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         params=int(params) if isinstance(params, (int, float)) else None,
         planned_steps=_config_value(cfg, "train", "steps", config_path, False),
         mem_threshold=_config_value(cfg, "eval", "mem_threshold", config_path, False),
+        mem_levels=_mem_levels(cfg),
         done=(run_dir / "done").exists(),
         evaluations=tuple(read_metrics(run_dir / "metrics.jsonl")),
     )

@@ -1,25 +1,20 @@
 """Across runs: per-run timescales -> summary.csv, power-law fits -> fits.json (`diffmem analyze`).
 
-Fit (docs/analysis.md copies this): a law ``tau = prefactor * x ** exponent`` is fitted by ordinary least squares of
-``log10 tau`` on ``log10 x`` over the runs whose tau is a measurement (not censored, not missing). Its confidence
-interval is a seeded bootstrap over runs: ``n_boot`` (2000) resamples of the runs with replacement, each refitted
-(resamples with a single distinct x are dropped). In each resample a run's tau is drawn log-uniformly within its own
-interval [tau_lo, tau_hi] (the bracket of evaluations it was measured between), one uniform draw per distinct x
-shared by its runs: seeds of one N share the evaluation grid and so its error, and the coarseness of the grid then
-widens the interval instead of averaging away over seeds. ``exponent_lo``/``exponent_hi`` and
-``prefactor_lo``/``prefactor_hi`` are the 2.5% and 97.5% percentiles, and a prediction's interval at any x is the
-same percentiles of the refitted laws evaluated at x. Censored runs (bounds, not measurements) are listed with their
-bound and left out; runs without the quantity are listed with the reason; a law with fewer than 2 distinct x values
-is reported as not fittable (null exponent with a reason). With fewer than 3 distinct x values the bootstrap interval
-is degenerate and the fit says so in ``ci_note``.
+The fit method (cells of seeds, least squares on cell means, Student-t interval, goodness of fit) is stated in
+:mod:`diffmem.analysis.powerlaw`; docs/analysis.md copies it with its coverage study. Censored runs (bounds, not
+measurements) are listed with their bound and left out; runs without the quantity are listed with the reason.
 
 fits.json holds ``tau_mem_vs_n`` and ``tau_gen_vs_n`` (pooled over widths, plus ``by_width``), ``tau_gen_vs_width``
-(pooled over N, plus ``by_n``) and ``tau_mem_vs_n_over_width`` (x = N / W, all runs).
+and ``tau_mem_vs_width`` (pooled over N, plus ``by_n``), ``tau_mem_vs_n_over_width`` (x = N / W, all runs),
+``tau_mem_epochs_vs_n``, the level crossings ``tau_mem_at_{level}_vs_n`` and ``_vs_width`` (one per level of
+``eval.mem_levels``), and the joint laws ``tau_mem_vs_n_and_width`` and ``tau_gen_vs_n_and_width`` (tau ~ N^a W^b,
+fitted where N and W both vary).
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,8 +22,9 @@ import numpy as np
 
 from diffmem import __version__
 from diffmem.analysis import timescales
-from diffmem.analysis.powerlaw import FitSet, PowerLawFit, fit_power_law
-from diffmem.analysis.runfiles import RunRecord, read_experiment, write_csv, write_json
+from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
+                                       fit_joint_law, fit_power_law)
+from diffmem.analysis.runfiles import RunFolderError, RunRecord, read_experiment, write_csv, write_json
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -40,16 +36,34 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "state", "fid_extractor", "tau_gen_censored", "tau_gap_censored", "n_evals", "planned_steps",
     "batch", "tau_mem_epochs", "tau_mem_epochs_lo", "tau_mem_epochs_hi", "tau_gen_epochs",
     "fid_first", "fid_plateau_noise", "fid_noise_to_fall", "tau_gen_bracket_lo", "tau_gen_bracket_hi",
+    "tau_mem_n_samples", "seeds_in_cell", "tau_gen_seed_gmean", "tau_gen_seed_gsd", "tau_mem_seed_gmean",
+    "tau_mem_seed_gsd",
 )
 """Columns of summary.csv, in order. ``steps`` is the last evaluated step (an integer); ``planned_steps`` is
 train.steps; ``batch`` the effective batch; ``*_epochs`` the same timescale in passes over the train set
 (steps x batch / n). Quality's resolution: ``fid_first`` is the FID / FD at the first evaluation,
-``fid_plateau_noise`` the plateau's noise sigma of the tau_gen rule (the scatter between neighbouring evaluations,
-or the metric's own standard error when larger), ``fid_noise_to_fall`` = fid_plateau_noise / (fid_first - min_fid):
+``fid_plateau_noise`` the plateau's noise sigma of the tau_gen rule (the FID's own standard error over the plateau,
+or its scatter about the curve's local trend when no standard error was recorded), ``fid_noise_to_fall`` = fid_plateau_noise / (fid_first - min_fid):
 how large that noise is against the curve's fall to its plateau (small: tau_gen is well resolved).
 ``tau_gen_bracket_lo/hi``: the evaluated steps just before and after tau_gen's crossing, the part of its interval
 that only more evaluations narrow (the interval [tau_gen_lo, tau_gen_hi] holds it and also carries the FID's
-noise); tau_mem's interval is its bracket of evaluations already."""
+noise); tau_mem's interval is its bracket of evaluations already. ``tau_mem_n_samples``: the samples drawn at the
+evaluation where tau_mem's onset was detected (more samples detect it earlier: compare runs only at equal counts,
+or use the level crossings). Seeds: ``seeds_in_cell`` counts the runs of the same (n, width) and, over those whose
+value is measured, ``*_seed_gmean`` is the geometric mean and ``*_seed_gsd`` the geometric standard deviation (a
+factor: 1.10 = +-10 %; empty with fewer than 2 measured seeds). After these come four columns per level L of
+``eval.mem_levels`` (:func:`level_columns`): ``tau_mem_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which
+f_mem crosses L."""
+
+
+def level_name(level: float) -> str:
+    """The name of the level-crossing timescale at f_mem level ``level`` (as estimate_run names it)."""
+    return f"tau_mem_at_{level:g}"
+
+
+def level_columns(levels: Sequence[float]) -> list[str]:
+    """summary.csv's columns of the level crossings, in order."""
+    return [level_name(v) + suffix for v in levels for suffix in ("", "_lo", "_hi", "_censored")]
 
 
 # --- one run --------------------------------------------------------------------------------------------------------
@@ -76,10 +90,26 @@ class RunSummary:
     tau_mem: Estimate
     tau_gap: Estimate
     tau_gen_bracket: tuple[int, int] | None = None  # evaluated steps around tau_gen's crossing
+    levels: dict[str, Estimate] = field(default_factory=dict)  # level_name(L) -> the crossing of f_mem level L
+    tau_mem_n_samples: int | None = None  # samples of the evaluation at which tau_mem's onset was detected
+
+    def estimate(self, quantity: str) -> Estimate:
+        """A timescale by name: tau_gen, tau_mem, tau_gap, tau_mem_epochs, or a level crossing (tau_mem_at_L)."""
+        if quantity in self.levels:
+            return self.levels[quantity]
+        if quantity.startswith("tau_mem_at_"):
+            return Estimate(None, None, None, False, f"f_mem level {quantity[11:]} is not in this run's "
+                                                     "eval.mem_levels")
+        return getattr(self, quantity)
 
     def row(self) -> dict[str, Any]:
-        """The summary.csv row (keys = :data:`SUMMARY_COLUMNS`)."""
-        return {
+        """The summary.csv row (keys = :data:`SUMMARY_COLUMNS` and the level columns; the seed columns are added
+        across runs by :func:`seed_columns`)."""
+        level_cells = {}
+        for name, est in self.levels.items():
+            level_cells.update({name: est.value, f"{name}_lo": est.lo, f"{name}_hi": est.hi,
+                                f"{name}_censored": est.censored})
+        return {**level_cells, "tau_mem_n_samples": self.tau_mem_n_samples,
             "run": self.run, "n": self.n, "width": self.width, "params": self.params, "seed": self.seed,
             "steps": self.steps,
             "tau_gen": self.tau_gen.value, "tau_gen_lo": self.tau_gen.lo, "tau_gen_hi": self.tau_gen.hi,
@@ -96,6 +126,7 @@ class RunSummary:
             "tau_gen_bracket_lo": self.tau_gen_bracket[0] if self.tau_gen_bracket else None,
             "tau_gen_bracket_hi": self.tau_gen_bracket[1] if self.tau_gen_bracket else None,
         }
+
 
     @property
     def fid_noise_to_fall(self) -> float | None:
@@ -121,16 +152,32 @@ class RunSummary:
         return self._in_epochs(self.tau_gen)
 
 
+def seed_columns(runs: Sequence[RunSummary]) -> dict[str, dict[str, Any]]:
+    """Per run name, the seed columns of its cell (the runs with the same n and width): ``seeds_in_cell``, and for
+    tau_gen and tau_mem the geometric mean and geometric standard deviation over the cell's measured runs."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        cell = [o for o in runs if o.n == r.n and o.width == r.width]
+        row: dict[str, Any] = {"seeds_in_cell": len(cell)}
+        for q in ("tau_gen", "tau_mem"):
+            values = np.log([getattr(o, q).value for o in cell if getattr(o, q).measured])
+            row[f"{q}_seed_gmean"] = float(np.exp(values.mean())) if values.size else None
+            row[f"{q}_seed_gsd"] = float(np.exp(values.std(ddof=1))) if values.size >= 2 else None
+        out[r.run] = row
+    return out
+
+
 def summarize_run(record: RunRecord) -> RunSummary:
     """Estimate tau_gen, tau_mem and tau_gap of one run from its metrics (rules: :mod:`diffmem.analysis.timescales`)."""
     steps = record.steps
     f_mem = record.series("f_mem")
     fid = record.series("fid")
+    names = ("tau_mem", "tau_gen", "tau_gap") + tuple(level_name(v) for v in record.mem_levels)
     try:
-        estimates = timescales.estimate_run(record.evaluations)
+        estimates = timescales.estimate_run(record.evaluations, mem_levels=record.mem_levels)
     except TimescaleInputError as e:  # bad per-run data: missing estimates with a warning, not a failed analysis
         warnings.warn(f"run {record.name}: timescales not estimated: {e}", stacklevel=2)
-        estimates = {name: Estimate(None, None, None, False, str(e)) for name in ("tau_mem", "tau_gen", "tau_gap")}
+        estimates = {name: Estimate(None, None, None, False, str(e)) for name in names}
     tau_mem, tau_gen, tau_gap = estimates["tau_mem"], estimates["tau_gen"], estimates["tau_gap"]
     finite_fid = fid[np.isfinite(fid)]
     finite_f = f_mem[np.isfinite(f_mem)]
@@ -143,7 +190,19 @@ def summarize_run(record: RunRecord) -> RunSummary:
         fid_first=float(finite_fid[0]) if finite_fid.size else None,
         tau_gen=tau_gen, tau_mem=tau_mem, tau_gap=tau_gap,
         tau_gen_bracket=timescales.evaluation_bracket(record.evaluations, tau_gen),
+        levels={level_name(v): estimates[level_name(v)] for v in record.mem_levels},
+        tau_mem_n_samples=_onset_samples(record.evaluations, tau_mem),
     )
+
+
+def _onset_samples(records: Sequence[dict[str, Any]], est: Estimate) -> int | None:
+    """n_samples of the evaluation at which a measured tau_mem onset was detected (its bracket's upper end)."""
+    if not est.measured:
+        return None
+    for r in records:
+        if float(r["step"]) == est.hi:
+            return r.get("n_samples")
+    return None
 
 
 # --- power-law fits -------------------------------------------------------------------------------------------------
@@ -151,7 +210,7 @@ def summarize_run(record: RunRecord) -> RunSummary:
 def _split(runs: Sequence[RunSummary], quantity: str, x_of) -> tuple[list, list, list]:
     points, censored, excluded = [], [], []
     for r in runs:
-        est: Estimate = getattr(r, quantity)
+        est = r.estimate(quantity)
         x = x_of(r)
         if est.value is None:
             excluded.append((r.run, est.rule))
@@ -164,33 +223,57 @@ def _split(runs: Sequence[RunSummary], quantity: str, x_of) -> tuple[list, list,
     return points, censored, excluded
 
 
-def _fit(runs, quantity, x_name, x_of, n_boot, seed) -> PowerLawFit:
+def _fit(runs, quantity, x_name, x_of) -> PowerLawFit:
     points, censored, excluded = _split(runs, quantity, x_of)
-    return fit_power_law(quantity, x_name, points, censored=censored, excluded=excluded, n_boot=n_boot, seed=seed)
+    return fit_power_law(quantity, x_name, points, censored=censored, excluded=excluded)
 
 
-def fit_all(runs: Sequence[RunSummary], *, n_boot: int = 2000, seed: int = 0) -> dict[str, FitSet]:
-    """The four laws of fits.json (see the module docstring), each pooled and per group."""
+def _fit_joint(runs, quantity) -> JointLawFit:
+    points, censored, excluded = _split(runs, quantity, lambda r: (float(r.n), float(r.width)))
+    return fit_joint_law(quantity, ("n", "width"), points, censored=censored, excluded=excluded)
+
+
+def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
+    """The laws of one variable in fits.json (see the module docstring), each pooled and per group."""
     def by(key: str, quantity: str, x_name: str, x_of) -> dict[str, PowerLawFit]:
         values = sorted({getattr(r, key) for r in runs})
-        return {str(v): _fit([r for r in runs if getattr(r, key) == v], quantity, x_name, x_of, n_boot, seed)
-                for v in values}
+        return {str(v): _fit([r for r in runs if getattr(r, key) == v], quantity, x_name, x_of) for v in values}
+
+    def vs_n(quantity: str) -> FitSet:
+        return FitSet(_fit(runs, quantity, "n", n_of), by("width", quantity, "n", n_of), "width")
+
+    def vs_width(quantity: str) -> FitSet:
+        return FitSet(_fit(runs, quantity, "width", w_of), by("n", quantity, "width", w_of), "n")
 
     n_of, w_of = (lambda r: float(r.n)), (lambda r: float(r.width))
-    return {
-        "tau_mem_vs_n": FitSet(_fit(runs, "tau_mem", "n", n_of, n_boot, seed),
-                               by("width", "tau_mem", "n", n_of), "width"),
-        "tau_gen_vs_n": FitSet(_fit(runs, "tau_gen", "n", n_of, n_boot, seed),
-                               by("width", "tau_gen", "n", n_of), "width"),
-        "tau_gen_vs_width": FitSet(_fit(runs, "tau_gen", "width", w_of, n_boot, seed),
-                                   by("n", "tau_gen", "width", w_of), "n"),
-        "tau_mem_vs_n_over_width": FitSet(_fit(runs, "tau_mem", "n_over_width", lambda r: r.n / r.width,
-                                               n_boot, seed)),
-        "tau_mem_epochs_vs_n": FitSet(_fit(runs, "tau_mem_epochs", "n", n_of, n_boot, seed),
-                                      by("width", "tau_mem_epochs", "n", n_of), "width"),
-        "tau_mem_vs_width": FitSet(_fit(runs, "tau_mem", "width", w_of, n_boot, seed),
-                                   by("n", "tau_mem", "width", w_of), "n"),
+    fits = {
+        "tau_mem_vs_n": vs_n("tau_mem"),
+        "tau_gen_vs_n": vs_n("tau_gen"),
+        "tau_gen_vs_width": vs_width("tau_gen"),
+        "tau_mem_vs_n_over_width": FitSet(_fit(runs, "tau_mem", "n_over_width", lambda r: r.n / r.width)),
+        "tau_mem_epochs_vs_n": vs_n("tau_mem_epochs"),
+        "tau_mem_vs_width": vs_width("tau_mem"),
     }
+    for name in sorted({name for r in runs for name in r.levels}, key=lambda k: float(k[11:])):
+        fits[f"{name}_vs_n"] = vs_n(name)
+        fits[f"{name}_vs_width"] = vs_width(name)
+    return fits
+
+
+def fit_joint(runs: Sequence[RunSummary]) -> dict[str, JointLawFit]:
+    """The laws of N and W together, tau ~ N^a W^b (not fitted, with the reason, unless both vary)."""
+    return {f"{q}_vs_n_and_width": _fit_joint(runs, q) for q in ("tau_mem", "tau_gen")}
+
+
+def sample_count_note(runs: Sequence[RunSummary]) -> str | None:
+    """A warning when tau_mem's onsets were detected with different sample counts (more samples detect copies
+    earlier, so such onsets measure different quantities); None when they agree."""
+    counts = sorted({r.tau_mem_n_samples for r in runs if r.tau_mem_n_samples is not None})
+    if len(counts) < 2:
+        return None
+    return (f"tau_mem's onsets were detected with {', '.join(map(str, counts))} samples per evaluation: the onset "
+            "depends on the sample count, so these runs measure different quantities; compare the level crossings "
+            "(tau_mem_at_*) instead")
 
 
 # --- the whole experiment -------------------------------------------------------------------------------------------
@@ -205,9 +288,12 @@ class Summary:
     summary_csv: Path
     fits_json: Path
     figures: tuple[Any, ...] = ()  # diffmem.plots.FigureResult per figure (written or skipped with a reason)
+    joint: dict[str, JointLawFit] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def format(self) -> str:
-        """Human text: one line per run, one per fitted law, the files written."""
+        """Human text: one line per run, the seed cells (when there are seeds), one line per fitted law with its
+        goodness of fit, the notes, the files written."""
         lines = [f"{len(self.runs)} run(s) in {self.experiment_dir}"]
         for r in self.runs:
             def show(e: Estimate) -> str:
@@ -216,10 +302,28 @@ class Summary:
                 text = f"{e.value:.3g}"
                 return (">" + text if e.hi is None else "<" + text) if e.censored else text
             steps = str(r.steps) if r.steps is not None else "-"
+            levels = "".join(f" {k[8:]}={show(e)}" for k, e in r.levels.items())
             lines.append(f"  {r.run:<24} N={r.n:<6} W={r.width:<4} {r.state:<7} steps={steps:<9} "
-                         f"tau_gen={show(r.tau_gen):<9} tau_mem={show(r.tau_mem):<9} tau_gap={show(r.tau_gap)}")
+                         f"tau_gen={show(r.tau_gen):<9} tau_mem={show(r.tau_mem):<9} tau_gap={show(r.tau_gap)}"
+                         + levels)
+        cells = seed_columns(self.runs)
+        if any(c["seeds_in_cell"] > 1 for c in cells.values()):
+            lines.append("  seeds per cell (geometric mean x/ geometric sd over measured seeds):")
+            seen = set()
+            for r in self.runs:
+                if (r.n, r.width) in seen:
+                    continue
+                seen.add((r.n, r.width))
+                c = cells[r.run]
+                text = "  ".join(f"{q}={c[f'{q}_seed_gmean']:.4g}" + (f" x/ {c[f'{q}_seed_gsd']:.3f}"
+                                                                       if c[f"{q}_seed_gsd"] else "")
+                                 for q in ("tau_gen", "tau_mem") if c[f"{q}_seed_gmean"] is not None)
+                lines.append(f"    N={r.n:<6} W={r.width:<4} {c['seeds_in_cell']} seeds  {text}")
         for name, fs in self.fits.items():
             lines.append(f"  {name}: {fs.pooled.describe()}")
+        for name, fit in self.joint.items():
+            lines.append(f"  {name}: {fit.describe()}")
+        lines += [f"  note: {note}" for note in self.notes]
         lines.append(f"wrote {self.summary_csv} and {self.fits_json}")
         for fig in self.figures:
             if fig.skipped:
@@ -229,27 +333,50 @@ class Summary:
         return "\n".join(lines)
 
 
-def analyze(experiment_dir: str | Path, *, figures: bool = True, n_boot: int = 2000, seed: int = 0) -> Summary:
+def only_n_samples(record: RunRecord, n_samples: int) -> RunRecord:
+    """The run with only its evaluations that drew ``n_samples`` samples (e.g. the grid's, leaving out refinement
+    evaluations made with more)."""
+    kept = tuple(e for e in record.evaluations if e.get("n_samples") == n_samples)
+    return dataclasses.replace(record, evaluations=kept)
+
+
+def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | Path | None = None,
+            n_samples: int | None = None) -> Summary:
     """Read every run folder of ``experiment_dir`` (or the run folder itself), write summary.csv and fits.json
-    there (atomically) and, with ``figures``, the figures into ``experiment_dir/figures`` (see diffmem.plots).
+    into ``out_dir`` (default: ``experiment_dir``; atomically) and, with ``figures`` and no other ``out_dir``, the
+    figures into ``experiment_dir/figures`` (see diffmem.plots). ``n_samples``: use only the evaluations that drew
+    that many samples (to compare sample counts; write those files elsewhere with ``out_dir``).
 
     Works on partial experiments (runs still training are summarized from the evaluations they have).
     """
     experiment_dir = Path(experiment_dir)
-    runs = tuple(summarize_run(r) for r in read_experiment(experiment_dir))
-    fits = fit_all(runs, n_boot=n_boot, seed=seed)
-    summary_csv = write_csv(experiment_dir / "summary.csv", SUMMARY_COLUMNS, (r.row() for r in runs))
+    target = experiment_dir if out_dir is None else Path(out_dir)
+    if out_dir is not None and not target.is_dir():
+        raise RunFolderError(f"--out '{target}' is not a folder; create it first (summary.csv and fits.json go there)")
+    records = read_experiment(experiment_dir)
+    if n_samples is not None:
+        records = [only_n_samples(r, n_samples) for r in records]
+    runs = tuple(summarize_run(r) for r in records)
+    fits = fit_all(runs)
+    joint = fit_joint(runs)
+    notes = tuple(n for n in (sample_count_note(runs),) if n)
+    levels = sorted({float(k[11:]) for r in runs for k in r.levels})
+    seeds = seed_columns(runs)
+    summary_csv = write_csv(target / "summary.csv", SUMMARY_COLUMNS + tuple(level_columns(levels)),
+                            ({**r.row(), **seeds[r.run]} for r in runs))
     censored = {q: [r.run for r in runs if getattr(r, q).censored] for q in ("tau_mem", "tau_gen")}
-    fits_json = write_json(experiment_dir / "fits.json", {
+    fits_json = write_json(target / "fits.json", {
         "diffmem_version": __version__,
-        "method": "log10-log10 least squares over measured runs; CI: seeded bootstrap over runs (percentiles)",
-        "n_boot": n_boot, "seed": seed, "ci": 0.95,
+        "method_name": FIT_METHOD, "method": FIT_METHOD_TEXT, "ci": 0.95,
+        "only_n_samples": n_samples,
+        "notes": list(notes),
         "censored_runs": censored,
         **{name: fs.to_dict() for name, fs in fits.items()},
+        **{name: fit.to_dict() for name, fit in joint.items()},
     })
     figure_results: tuple[Any, ...] = ()
-    if figures:
+    if figures and target == experiment_dir:
         from diffmem import plots  # plots reads the files just written; imported here to keep analysis light
 
         figure_results = tuple(plots.make_figures(experiment_dir))
-    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, figure_results)
+    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, figure_results, joint, notes)

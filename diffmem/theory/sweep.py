@@ -8,7 +8,8 @@ Writes into the output folder (every file atomically; a rerun rewrites them all)
   psi_p / (Delta_t lambda_min), the measured and predicted lambda_min, the score-error plateau, the tau -> inf losses;
 - ``spectrum.json``: the eigenvalues of U at (spectrum_t, spectrum_psi_n), Gaussian-equivalent and (when
   ``theory.spectrum_noise_draws`` > 0) from the real tanh features, with the predicted supports;
-- ``fits.json``: power laws in psi_n with bootstrap-over-seeds intervals (:func:`diffmem.analysis.powerlaw.fit_power_law`);
+- ``fits.json``: power laws in psi_n, seeds as replicates of one psi_n, Student-t intervals
+  (:func:`diffmem.analysis.powerlaw.fit_power_law`);
 - ``figures/``: spectrum, loss_curves, timescales (and theory_vs_unet with ``compare``), PNG and PDF.
 """
 from __future__ import annotations
