@@ -350,9 +350,14 @@ def _group_fit(data: ExperimentFiles, name: str, key: str) -> PowerLawFit | None
 
 
 def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
-    """tau_mem and tau_gen against N per width, with the fitted laws."""
-    panels = _present(data, (("tau_mem", "tau_mem_vs_n", r"$\tau_\mathrm{mem}$ (steps)"),
-                             ("tau_gen", "tau_gen_vs_n", r"$\tau_\mathrm{gen}$ (steps)")))
+    """tau_mem (its onset, then each level crossing tau_mem_at_L of summary.csv) and tau_gen against N per width,
+    with the fitted laws, their 95 % bands and goodness of fit."""
+    levels = sorted({k for r in data.rows for k in r if k.startswith("tau_mem_at_")
+                     and not k.endswith(("_lo", "_hi", "_censored"))}, key=lambda k: float(k[len("tau_mem_at_"):]))
+    level_panels = tuple((k, f"{k}_vs_n", rf"step where $f_\mathrm{{mem}}$ reaches {k[len('tau_mem_at_'):]} (steps)")
+                         for k in levels)
+    panels = _present(data, (("tau_mem", "tau_mem_vs_n", r"$\tau_\mathrm{mem}$, onset (steps)"),) + level_panels
+                      + (("tau_gen", "tau_gen_vs_n", r"$\tau_\mathrm{gen}$ (steps)"),))
     if not panels:
         return FigureResult("scaling", skipped="no tau_mem and no tau_gen in summary.csv")
     fig, axes = new_figure(len(panels))

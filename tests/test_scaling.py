@@ -227,3 +227,45 @@ def test_advice_from_one_runs_measured_window():
     assert censored.window == "unknown" and not censored.tau_mem.known
     overlapping = advise_measured(32, 8, Estimate(500, 400, 1700, False, "r"), mem, "r")
     assert overlapping.window == "unresolved" and overlapping.warnings
+
+
+def test_seeds_are_one_cell_with_their_mean_and_spread(planted):
+    """Three seeds per N: summary.csv's seed columns and each fit's cells against a brute-force computation; the
+    lack-of-fit test runs (seeds give it its pure error) and keeps the planted straight law."""
+    root, runs, summary = planted
+    rows = read_csv(root / "summary.csv")
+    for n in NS:
+        cell = [r for r in rows if r["n"] == n]
+        assert len(cell) == 3 and all(r["seeds_in_cell"] == 3 for r in cell)
+        for q in ("tau_mem", "tau_gen"):
+            logs = np.log([r[q] for r in cell])
+            assert cell[0][f"{q}_seed_gmean"] == pytest.approx(math.exp(logs.mean()), rel=1e-5)
+            assert cell[0][f"{q}_seed_gsd"] == pytest.approx(math.exp(logs.std(ddof=1)), rel=1e-5)
+    fit = summary.fits["tau_mem_vs_n"].groups["32"]
+    assert [len(c.runs) for c in fit.cells] == [3] * len(NS) and fit.df == len(NS) - 2
+    assert fit.gof.test.startswith("lack-of-fit F") and fit.gof.df == (len(NS) - 2, 2 * len(NS))
+    assert fit.gof.consistent is True
+    fits = json.loads((root / "fits.json").read_text())
+    assert fits["method_name"] == "ols-cell-means-t" and "Student t" in fits["method"]
+    assert fits["tau_mem_vs_n"]["goodness_of_fit"]["p_value"] == pytest.approx(
+        summary.fits["tau_mem_vs_n"].pooled.gof.p_value)
+    assert "3 seeds" in summary.format()  # the printed report has one line per cell
+
+
+def test_level_crossings_and_the_joint_law_in_the_files(tmp_path):
+    """Two widths: the level-crossing columns and laws, the joint law tau ~ N^a W^b, and the advice's levels."""
+    write_synthetic_experiment(tmp_path, [128, 256, 512], widths=[16, 32], seeds=[0])
+    summary = analyze(tmp_path, figures=False)
+    rows = read_csv(tmp_path / "summary.csv")
+    assert all(r["tau_mem_at_0.01"] is not None and r["tau_mem_at_0.01_lo"] <= r["tau_mem_at_0.01"] for r in rows)
+    assert "tau_mem_at_0.1_vs_n" in summary.fits and "tau_mem_at_0.01_vs_width" in summary.fits
+    joint = summary.joint["tau_mem_vs_n_and_width"]
+    # planted: tau_mem = 300 N at W = 32 and x 32 / W (synthetic.paper_tau_mem): exponents 1 and -1
+    assert joint.fitted and joint.df == 3
+    assert joint.exponents_lo[0] <= 1.0 <= joint.exponents_hi[0]
+    assert joint.exponents_lo[1] <= -1.0 <= joint.exponents_hi[1]
+    stored = json.loads((tmp_path / "fits.json").read_text())["tau_mem_vs_n_and_width"]
+    assert set(stored["exponents"]) == {"n", "width"}
+    advice = advise(300, 32, tmp_path)
+    assert [level for level, _ in advice.levels] == [0.01, 0.1] and "f_mem reaches 0.01" in advice.format()
+    assert advice.levels[0][1].value < advice.levels[1][1].value

@@ -15,6 +15,9 @@ Which fitted law predicts (first that applies):
   only, as in the paper, when W was not measured).
 - tau_gen: ``tau_gen_vs_n`` of width W; else ``tau_gen_vs_width`` at W (assumes tau_gen flat in N, as in the paper);
   else the pooled ``tau_gen_vs_n`` measured at a single width W0, rescaled by W0 / W (the paper's 1 / W law).
+- the level crossings ``tau_mem_at_L`` (the step at which f_mem reaches L, which unlike the onset does not depend on
+  the number of samples per evaluation): ``tau_mem_at_L_vs_n`` of width W, for each L the experiment fitted. They are
+  printed beside the onset; the stopping rule uses the onset (the first detectable copies).
 An x outside the fitted range gives an extrapolation warning.
 
 Stopping rule (docs/analysis.md copies it), with [lo, hi] the predictions' 95% intervals:
@@ -32,6 +35,7 @@ between neighbouring steps by much more than the FID's sampling noise (docs/anal
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +84,7 @@ class Advice:
     laws: str  # PAPER_SOURCE (the paper's laws and their source) or the fits.json they came from
     warnings: tuple[str, ...] = field(default_factory=tuple)
     keep_from: float | None = None  # open window: keep checkpoints from this step (tau_gen_hi) to the stop
+    levels: tuple[tuple[float, Prediction], ...] = ()  # (L, predicted tau_mem_at_L) for each fitted f_mem level
 
     def format(self) -> str:
         """The advice as plain text for a terminal."""
@@ -92,6 +97,8 @@ class Advice:
         lines = [f"Advice for N = {self.n}, W = {self.width} (laws: {self.laws})",
                  f"  tau_gen (FID plateau):         {show(self.tau_gen)}",
                  f"  tau_mem (memorization starts): {show(self.tau_mem)}"]
+        lines += [f"  f_mem reaches {level:g}:{' ' * max(1, 15 - len(f'{level:g}'))}{show(p)}"
+                  for level, p in self.levels]
         window_text = {
             "open": "open: FID plateaus before memorization starts",
             "unresolved": "open at the predicted values, but their intervals overlap",
@@ -133,6 +140,19 @@ def _predict_tau_mem(fits: Mapping[str, FitSet], n: int, width: int, warnings: l
                             "on N / W only (paper)")
         return _from_fit(combined, n / width, f"tau_mem_vs_n_over_width, exponent {combined.exponent:.2f}", warnings)
     return Prediction(None, None, None, "no fitted tau_mem law: " + (fits["tau_mem_vs_n"].pooled.reason or ""))
+
+
+def _predict_levels(fits: Mapping[str, FitSet], n: int, width: int,
+                    warnings: list[str]) -> tuple[tuple[float, Prediction], ...]:
+    """(L, tau_mem_at_L) from each fitted ``tau_mem_at_L_vs_n`` law of width W, by level."""
+    out = []
+    for name in sorted((k for k in fits if k.startswith("tau_mem_at_") and k.endswith("_vs_n")),
+                       key=lambda k: float(k[len("tau_mem_at_"):-len("_vs_n")])):
+        own = fits[name].groups.get(str(width))
+        if own is not None and own.fitted:
+            level = float(name[len("tau_mem_at_"):-len("_vs_n")])
+            out.append((level, _from_fit(own, n, f"{name} at W={width}, exponent {own.exponent:.2f}", warnings)))
+    return tuple(out)
 
 
 def _predict_tau_gen(fits: Mapping[str, FitSet], n: int, width: int, warnings: list[str]) -> Prediction:
@@ -216,6 +236,8 @@ def advise(n: int, width: int, fits: Mapping[str, Any] | str | Path | None = Non
         fit_sets, laws = _resolve_fits(fits)
         tau_gen = _predict_tau_gen(fit_sets, n, width, warnings)
         tau_mem = _predict_tau_mem(fit_sets, n, width, warnings)
+        levels = _predict_levels(fit_sets, n, width, warnings)
+        return dataclasses.replace(_advice(n, width, tau_gen, tau_mem, laws, warnings), levels=levels)
     return _advice(n, width, tau_gen, tau_mem, laws, warnings)
 
 
