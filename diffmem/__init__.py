@@ -2,4 +2,4 @@
 
 A library (this package, one module per stage) and thin entry points (``diffmem <verb>``, see ``diffmem.cli``).
 """
-__version__ = "0.3.0"
+__version__ = "0.4.0"

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from diffmem.analysis.advise import Advice, advise, advise_measured
+from diffmem.analysis.powerlaw import PowerLawFit
 from diffmem.analysis.scaling import RunSummary, Summary, analyze
 from diffmem.analysis.timescales import Estimate
 from diffmem.config import RunConfig, SweepConfig
@@ -220,6 +221,24 @@ def _row(r: RunSummary) -> str:
             f"{_estimate(r.tau_mem_epochs):<24} {final}")
 
 
+UNRESOLVED_WIDTH = 1.0
+"""A law whose exponent interval is wider than this cannot tell the paper's exponents 0 and 1 apart."""
+
+
+def law_line(label: str, fit: PowerLawFit, paper: str) -> str:
+    """One line of the report for a fitted law: the fit beside the paper's exponent when its interval can tell 0 from
+    1, else in words that the grid does not resolve it, with the numbers and where the law is measured."""
+    if fit.fitted and fit.exponent_lo is not None and fit.exponent_hi - fit.exponent_lo <= UNRESOLVED_WIDTH:
+        return f"{label}: {fit.describe()}  ({paper})"
+    lo, hi = fit.x_range if fit.points else (None, None)
+    grid = f"{fit.x_name} = {lo:g}..{hi:g}" if lo is not None else "this grid"
+    numbers = (f"exponent {fit.exponent:.2f}, 95% interval "
+               + (f"[{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]" if fit.exponent_lo is not None else "none")
+               if fit.fitted else f"not fitted: {fit.reason}")
+    return (f"{label}: not resolved by {grid} ({numbers}: it cannot tell an exponent of 0 from the paper's 1); "
+            "the CPU reference experiment measures it (results/cpu_digits/README.md)")
+
+
 def report(summary: Summary, advices: Sequence[Advice], check: AdviceCheck | None, seconds: float) -> str:
     """The demo's closing text: timescales per run, the fitted laws, the advice (from the fitted laws, then, when
     those cannot place the window, from the largest run's own measurement) and the check of the first advice whose
@@ -234,7 +253,7 @@ def report(summary: Summary, advices: Sequence[Advice], check: AdviceCheck | Non
     for name, label in (("tau_mem_vs_n", "tau_mem vs N"), ("tau_mem_epochs_vs_n", "tau_mem (epochs) vs N"),
                         ("tau_gen_vs_n", "tau_gen vs N")):
         if name in summary.fits:
-            lines.append(f"{label}: {summary.fits[name].pooled.describe()}  ({paper[name]})")
+            lines.append(law_line(label, summary.fits[name].pooled, paper[name]))
     for advice in advices:
         lines += ["", advice.format()]
     lines.append("")

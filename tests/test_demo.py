@@ -146,3 +146,17 @@ def test_the_advice_check_follows_the_advice_on_the_grid_runs_own_models(tmp_pat
     lines = (tmp_path / check.run / "metrics.jsonl").read_text()
     again = check_advice(advice, grid_run, tmp_path, plateau, threads=1)  # a finished check is read back
     assert again == check and (tmp_path / check.run / "metrics.jsonl").read_text() == lines
+
+
+def test_a_law_the_grid_cannot_resolve_is_said_in_words():
+    """Three N over a factor 2 (the demo's grid): the report says the law is not resolved instead of printing an
+    exponent beside the paper's; a law whose interval can tell 0 from 1 is printed with the paper's exponent."""
+    from diffmem.analysis.powerlaw import fit_power_law
+    from diffmem.demo import law_line
+
+    wide = fit_power_law("tau_mem", "n", [("a", 16.0, 1739.0), ("b", 24.0, 2472.0), ("c", 32.0, 1743.0)])
+    text = law_line("tau_mem vs N", wide, "paper: exponent 1")
+    assert "not resolved by n = 16..32" in text and "paper: exponent 1" not in text
+    assert f"[{wide.exponent_lo:.2f}, {wide.exponent_hi:.2f}]" in text and "results/cpu_digits" in text
+    sharp = fit_power_law("tau_mem", "n", [("a", 16.0, 1600.0), ("b", 64.0, 6500.0), ("c", 256.0, 25000.0)])
+    assert law_line("tau_mem vs N", sharp, "paper: exponent 1").endswith("(paper: exponent 1)")

@@ -151,7 +151,7 @@ class GoodnessOfFit:
     denominator) and ``p_value`` of it; ``consistent``: p >= :data:`LACK_OF_FIT_LEVEL` (None untested).
     ``slopes_through_intervals``: the range of exponents of the lines that pass through every run's interval (None
     when none passes; not computed for joint laws or when a run has no interval, then ``line_through_intervals`` is
-    None); ``restoring``: cells whose removal alone lets such a line pass; ``influential``: (cell, exponent without
+    None); ``restoring``: cells whose removal alone lets such a line pass (with 4 or more cells); ``influential``: (cell, exponent without
     it) for each cell whose removal moves the exponent outside the fit's interval (``exponents_without``: the
     exponent without each cell, for every cell); ``outliers``: (cell, t, Bonferroni p) for each cell whose
     externally studentized residual (its distance from the law fitted to the other cells, in units of that law's
@@ -454,7 +454,7 @@ def _goodness(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarra
         hi = np.log10([p[4] for p in kept])
         slopes = slopes_through_intervals(lx, lo, hi)
         line = slopes is not None
-        if not line:
+        if not line and len(cells) >= 4:  # with 3 cells any 2 admit a line: naming them says nothing
             for i, c in enumerate(cells):
                 keep = cell_of != i
                 if len({float(v) for v in lx[keep]}) >= 2 and slopes_through_intervals(lx[keep], lo[keep],
