@@ -27,7 +27,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from diffmem.analysis.powerlaw import bracket_variances, cell_least_squares, lack_of_fit, leave_one_out, make_cells
+from diffmem.analysis.powerlaw import (bracket_variances, cell_bracket_variance, cell_least_squares, lack_of_fit,
+                                       leave_one_out, make_cells)
 
 EXPONENTS: tuple[float, ...] = (0.0, 0.5, 1.0)
 N_XS: tuple[int, ...] = (3, 4, 6, 9)
@@ -88,8 +89,9 @@ def t_interval(xs: np.ndarray, tau: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     k_lo, k_hi = ls.interval(1)
     index = {c.x: i for i, c in enumerate(cells)}
     cell_of = np.array([index[(float(v),)] for v in xs])
-    lof = lack_of_fit(cells, ls, ly, bracket_variances(lo, hi), cell_of)
-    _, outliers = leave_one_out(cells, ci, ["x"])
+    variances = bracket_variances(lo, hi)
+    lof = lack_of_fit(cells, ls, ly, variances, cell_of)
+    _, outliers = leave_one_out(cells, ci, ["x"], cell_bracket_variance(variances, cell_of, len(cells)))
     return float(ls.coef[1]), k_lo, k_hi, (None if lof is None else lof[2]), len(outliers)
 
 

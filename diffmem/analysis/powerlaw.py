@@ -251,28 +251,53 @@ def lack_of_fit(cells: Sequence[Cell], ls: LeastSquares, ly: np.ndarray, varianc
     return f_stat, (df1, df2), float(stats.f.sf(f_stat, df1, df2))
 
 
-def leave_one_out(cells: Sequence[Cell], ci: float, names: Sequence[str]) -> tuple[list[tuple[str, float]],
-                                                                                   list[tuple[str, float, float]]]:
+def leave_one_out(cells: Sequence[Cell], ci: float, names: Sequence[str],
+                  cell_variance: np.ndarray | None = None) -> tuple[list[tuple[str, float]],
+                                                                   list[tuple[str, float, float]]]:
     """Each cell left out in turn: (label, first exponent of the law fitted to the others) for every cell whose
     removal leaves a fittable law, and (label, t, Bonferroni p) for each outlying cell: its externally studentized
     residual ``t = (mean - prediction) / (s * sqrt(1 + x0' (X'X)^-1 x0))`` from the law of the other cells (Student
-    t with their df), two-sided p times the number of cells, below :data:`LACK_OF_FIT_LEVEL`."""
+    t with their df), two-sided p times the number of cells, below :data:`LACK_OF_FIT_LEVEL`.
+
+    ``cell_variance`` (log10^2, one per cell): the variance that each cell mean has from its runs' brackets alone
+    (:func:`cell_bracket_variance`). ``s`` is never taken below the root of its mean over the other cells: cells
+    known only to within their brackets cannot scatter less than that, and three bracket midpoints that happen to lie
+    on one line (s ~ 0) would otherwise make any fourth point an outlier."""
     without: list[tuple[str, float]] = []
     outliers: list[tuple[str, float, float]] = []
+    floor = np.zeros(len(cells)) if cell_variance is None else np.asarray(cell_variance, dtype=float)
     for i, c in enumerate(cells):
         rest = [d for j, d in enumerate(cells) if j != i]
         sub = cell_least_squares(rest, ci) if len(rest) >= 2 else None
         if sub is None:
             continue
         without.append((c.label(names), float(sub.coef[1])))
-        if sub.cov is not None and sub.scatter > 0:
-            x0 = np.concatenate([[1.0], np.log10(c.x)])
-            se = sub.scatter * math.sqrt(1.0 + float(x0 @ (sub.cov / sub.scatter ** 2) @ x0))
-            t_stat = (c.mean - float(x0 @ sub.coef)) / se
-            p_adj = min(1.0, len(cells) * 2 * float(stats.t.sf(abs(t_stat), sub.df)))
-            if p_adj < LACK_OF_FIT_LEVEL:
-                outliers.append((c.label(names), float(t_stat), p_adj))
+        if sub.cov is None:
+            continue
+        scatter = max(sub.scatter, math.sqrt(float(np.delete(floor, i).mean())))
+        if scatter <= 0:
+            continue
+        x0 = np.concatenate([[1.0], np.log10(c.x)])
+        unscaled = sub.cov / sub.scatter ** 2 if sub.scatter > 0 else _unscaled_cov(rest)
+        se = scatter * math.sqrt(1.0 + float(x0 @ unscaled @ x0))
+        t_stat = (c.mean - float(x0 @ sub.coef)) / se
+        p_adj = min(1.0, len(cells) * 2 * float(stats.t.sf(abs(t_stat), sub.df)))
+        if p_adj < LACK_OF_FIT_LEVEL:
+            outliers.append((c.label(names), float(t_stat), p_adj))
     return without, outliers
+
+
+def _unscaled_cov(cells: Sequence[Cell]) -> np.ndarray:
+    """(X'X)^-1 of the cells' design [1, log10 x...]."""
+    design = np.column_stack([np.ones(len(cells)), np.log10([c.x for c in cells])])
+    return np.linalg.inv(design.T @ design)
+
+
+def cell_bracket_variance(variances: np.ndarray, cell_of: np.ndarray, n_cells: int) -> np.ndarray:
+    """Per cell, the variance of its mean from its runs' brackets, each run's independent of the others':
+    ``sum of run bracket variances / runs^2`` (log10^2), shape (n_cells,)."""
+    sizes = np.bincount(cell_of, minlength=n_cells)
+    return np.bincount(cell_of, weights=variances, minlength=n_cells) / sizes ** 2
 
 
 def slopes_through_intervals(lx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float] | None:
@@ -461,7 +486,7 @@ def _goodness(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarra
                                                                                        hi[keep]) is not None:
                     restoring.append(c.label(names))
     k_lo, k_hi = exponent_ci
-    without, outliers = leave_one_out(cells, ci, names)
+    without, outliers = leave_one_out(cells, ci, names, cell_bracket_variance(variances, cell_of, len(cells)))
     if one_variable and k_lo is not None:
         influential = [(label, k) for label, k in without if not k_lo <= k <= k_hi]
     return GoodnessOfFit(**test, line_through_intervals=line, slopes_through_intervals=slopes,
