@@ -101,6 +101,8 @@ class EvalConfig:
     sampler_schedule: str = "official"  # DDIM timesteps: "official" floor(linspace(0, T-1, steps)), ends at step 0 |
     #                                     "diffusers" (DDIMScheduler "leading" spacing, last update to alpha_bar = 1)
     clip_sample: bool = False  # clip the predicted clean image to [-1, 1] at every step (the official code does not)
+    fid_clip_sample: bool | None = None  # None: the FID uses the f_mem draw; true/false: its own draw of n_samples,
+    #                                    from the same initial noise, clipped or not (f_mem unclipped, FD clipped)
     batch_size: int = 1000  # samples generated per forward batch
     seed: int = 0  # sampling seed: the same checkpoint always gives the same samples
     mem_threshold: float = 1 / 3  # memorized when d1/d2 < mem_threshold
@@ -130,6 +132,7 @@ class SweepConfig:
     n: list[int] = field(default_factory=list)
     width: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0])
+    cells: list[list[int]] = field(default_factory=list)  # extra [n, width] cells beyond n x width (each for every seed)
     steps_per_n: int = 0  # > 0: each run trains for max(min_steps, steps_per_n * n) steps (tau_mem ∝ N needs it)
     min_steps: int = 0  # the smallest per-run budget when steps_per_n > 0 (steps)
 
@@ -409,7 +412,7 @@ LEGACY_VALUES: dict[str, dict[str, Any]] = {
     "diffusion": {"t_min": 0},
     "train": {"precision": "fp32", "channels_last": False, "compile": False},
     "eval": {"sampler_schedule": "diffusers", "fid_reference_sets": 1, "fid_boot": 0, "checkpoint_ratio": 0.0,
-             "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0},
+             "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0, "fid_clip_sample": None},
 }
 
 
@@ -452,6 +455,12 @@ def validate_sweep(sweep: SweepConfig) -> None:
         if repeated:
             raise ConfigError(f"sweep.{key} = {values} lists {repeated} twice: each grid point must be one run folder; "
                               "remove the duplicates")
+    for cell in sweep.cells:
+        if len(cell) != 2 or cell[0] < 2 or cell[1] < 1:
+            raise ConfigError(f"sweep.cells = {sweep.cells}: each cell is [n, width] with n >= 2 and width >= 1, "
+                              "e.g. [[64, 16], [64, 32]]")
+    if len({tuple(c) for c in sweep.cells}) != len(sweep.cells):
+        raise ConfigError(f"sweep.cells = {sweep.cells} lists a cell twice; remove the duplicate")
     if sweep.steps_per_n < 0:
         raise ConfigError(f"sweep.steps_per_n = {sweep.steps_per_n} must be >= 0 (0: every run uses train.steps)")
     if sweep.min_steps < 0:

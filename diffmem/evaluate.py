@@ -106,7 +106,9 @@ class Evaluator:
         loop's early stop). ``n_samples`` (>= ``eval.n_samples``; default ``eval.n_samples``) samples are drawn:
         f_mem counts all of them (``n_samples`` in the record), the FID uses the first ``eval.n_samples``
         (``fid_n_samples``), because the FID's bias depends on the sample count and one quality curve must stay
-        one estimator."""
+        one estimator. With ``eval.fid_clip_sample`` set and different from ``eval.clip_sample`` the FID gets its own
+        draw of ``eval.n_samples`` from the same seed with that clipping (``fid_clip_sample`` in the record): f_mem
+        from the official unclipped sampler, the FD from a clipped one."""
         e = self.cfg.eval
         n_draw = e.n_samples if n_samples is None else n_samples
         if n_draw < e.n_samples:
@@ -124,7 +126,14 @@ class Evaluator:
             t2 = time.perf_counter()
             fid_value = fid_std = fid_boot_std = fid_values = fid_extractor = fid_reference = None
             if e.fid:
-                results = fid_sets(to_uint8(samples[:e.n_samples], self.splits.mean.to(samples.device)).cpu(),
+                fid_samples = samples[:e.n_samples]
+                if e.fid_clip_sample is not None and e.fid_clip_sample != e.clip_sample:
+                    # the FD's own draw: the same seed, so the same initial noise, with the other clipping
+                    fid_samples = self.diffusion.sample(
+                        model, e.n_samples, self.shape, torch.Generator(device="cpu").manual_seed(e.seed),
+                        kind=e.sampler, steps=e.sampler_steps, clip_sample=e.fid_clip_sample,
+                        batch_size=e.batch_size, device=self.device, schedule=e.sampler_schedule)
+                results = fid_sets(to_uint8(fid_samples, self.splits.mean.to(samples.device)).cpu(),
                                    self.fid_references, self.fid_reference_keys, cache_dir=self.fid_cache,
                                    extractor=self.fid_extractor, weights=e.fid_weights, device=str(self.device),
                                    n_boot=e.fid_boot, seed=e.seed)
@@ -149,6 +158,7 @@ class Evaluator:
             "sampler_steps": e.sampler_steps,
             "sampler_schedule": e.sampler_schedule,
             "clip_sample": e.clip_sample,
+            "fid_clip_sample": (e.clip_sample if e.fid_clip_sample is None else e.fid_clip_sample) if e.fid else None,
             "seed": e.seed,
             "f_mem": mem.fraction,
             "f_mem_lo": mem.lo,

@@ -21,15 +21,19 @@ class PlannedRun:
 
 
 def expand_grid(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path) -> list[PlannedRun]:
-    """Every (n, width, seed) of the sweep as a run under ``experiment_dir``; an empty list in the sweep keeps the
-    base config's value. A run trains for ``sweep.run_steps(n, train.steps)`` steps
-    (``max(min_steps, steps_per_n * n)`` when ``steps_per_n > 0``).
-    Runs are ordered by width, then n, then seed."""
+    """Every (n, width, seed) of the sweep as a run under ``experiment_dir``: the product of ``sweep.n`` and
+    ``sweep.width`` plus the extra ``sweep.cells`` ([n, width], e.g. a width axis at one N of an N axis; a cell
+    already in the product is one run), each for every seed; an empty list in the sweep keeps the base config's
+    value. A run trains for ``sweep.run_steps(n, train.steps)`` steps (``max(min_steps, steps_per_n * n)`` when
+    ``steps_per_n > 0``). Runs are ordered by width, then n (as listed; extra cells after the product, sorted), then
+    seed."""
     ns = sweep.n or [base.data.n]
     widths = sweep.width or [base.model.width]
     seeds = sweep.seeds or [base.train.seed]
+    grid = list(product(widths, ns))
+    grid += sorted({(w, n) for n, w in sweep.cells} - set(grid))
     runs = []
-    for width, n, seed in product(widths, ns, seeds):
+    for (width, n), seed in product(grid, seeds):
         train = {"seed": seed, "steps": sweep.run_steps(n, base.train.steps)}
         cfg = base.replace(data={"n": n}, model={"width": width}, train=train)
         name = run_name(cfg)

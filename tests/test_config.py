@@ -126,3 +126,20 @@ def test_a_run_folder_written_before_mem_levels_still_continues(tmp_path):
     assert check_same_config(other, RunDir(run))
     assert continuation_diff(stored, cfg.replace(eval={"mem_threshold": 0.25})) == [
         "eval.mem_threshold: 0.3333333333333333 -> 0.25"]  # a key that changes what is measured is still refused
+
+
+def test_sweep_cells_add_a_width_axis_at_one_n_of_an_n_axis(tmp_path):
+    from diffmem.config import SweepConfig, validate_sweep
+    from diffmem.experiment import expand_grid
+
+    base, _ = load_config(None, ["data.source=digits", "data.image_size=8"])
+    sweep = SweepConfig(n=[32, 64, 128], width=[8], seeds=[0, 1], cells=[[64, 32], [64, 16], [64, 8]])
+    validate_sweep(sweep)
+    cells = [(r.cfg.data.n, r.cfg.model.width, r.cfg.train.seed) for r in expand_grid(base, sweep, tmp_path)]
+    assert cells == [(32, 8, 0), (32, 8, 1), (64, 8, 0), (64, 8, 1), (128, 8, 0), (128, 8, 1),
+                     (64, 16, 0), (64, 16, 1), (64, 32, 0), (64, 32, 1)]  # [64, 8] is already in the product
+    for bad in ([[64]], [[1, 8]], [[64, 0]], [[64, 16], [64, 16]]):
+        with pytest.raises(ConfigError, match="sweep.cells"):
+            validate_sweep(SweepConfig(n=[32], width=[8], cells=bad))
+    _, loaded = load_config(None, ["data.source=digits", "data.image_size=8", "sweep.cells=[[64, 16]]"])
+    assert loaded.cells == [[64, 16]]

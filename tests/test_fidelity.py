@@ -240,6 +240,25 @@ def test_evaluation_records_the_mean_and_spread_over_disjoint_reference_sets(tmp
     assert record["sampler_schedule"] == "official" and record["clip_sample"] is True
 
 
+def test_the_fid_can_have_its_own_clipped_draw_while_f_mem_counts_the_unclipped_one(tmp_path):
+    """eval.fid_clip_sample = true with clip_sample = false: f_mem and the sample grid from the unclipped draw (as a
+    run without the key), the FD from a clipped draw of the same initial noise (as a clipped run); same weights."""
+    def measure(name: str, *extra: str) -> dict:
+        cfg = tiny_config("train.steps=20", "eval.times=[20]", *extra)
+        train(cfg, tmp_path / name, progress=False, log=lambda s: None)
+        (record,) = RunDir(tmp_path / name).metrics()
+        return record
+
+    unclipped = measure("unclipped", "eval.clip_sample=false")
+    split = measure("split", "eval.clip_sample=false", "eval.fid_clip_sample=true")
+    clipped = measure("clipped", "eval.clip_sample=true")
+    assert split["train_loss"] == unclipped["train_loss"] == clipped["train_loss"]  # the same model
+    assert (split["f_mem"], split["clip_sample"]) == (unclipped["f_mem"], False)
+    assert split["fid"] == pytest.approx(clipped["fid"], rel=1e-6) and split["fid_clip_sample"] is True
+    assert split["fid"] != pytest.approx(unclipped["fid"], rel=1e-3)
+    assert unclipped["fid_clip_sample"] is False and clipped["fid_clip_sample"] is True
+
+
 # --- old run folders and the paper file -------------------------------------------------------------------------------
 
 OLD_RUN = ROOT / "tests" / "fixtures" / "run_diffmem_0.1"  # run n00008_w08_s0 of the faces demo, written by diffmem 0.1
