@@ -20,7 +20,9 @@ The method (docs/analysis.md, "Fits", copies this and gives its coverage study):
   variance ``(log10 hi/lo)^2 / 12`` (a tau known only within its bracket). With one run per x, lack of fit cannot be
   told from run-to-run scatter and no p-value is given; then, as always, the fit reports the slopes of the lines that
   pass through every run's interval (none: the brackets alone rule out one power law without scatter) and which
-  single cell's removal lets one pass, and any cell whose removal moves the exponent outside its interval.
+  single cell's removal lets one pass, any cell whose removal moves the exponent outside its interval, and the
+  outlier test (each cell's externally studentized residual from the law of the others, Bonferroni over the cells,
+  the others' scatter never taken below their bracket variance).
 
 Censored runs (bounds, not measurements) are listed with their bound and left out; runs without the quantity are
 listed with the reason.
