@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,10 +35,11 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run
 from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
+from diffmem.figure_checks import INTERVAL_GID
 from diffmem.io import atomic_write_bytes
 from diffmem.metrics.fid import metric_label
 
@@ -58,11 +59,15 @@ class PlotError(ValueError):
 
 @dataclass(frozen=True)
 class FigureResult:
-    """One figure: the files written (PNG and PDF), or why it was skipped (``files`` empty)."""
+    """One figure: the files written (PNG and PDF), or why it was skipped (``files`` empty, one line).
+
+    ``figure``: the matplotlib Figure that was written (None when skipped), for checks such as
+    :func:`diffmem.figure_checks.figure_problems`; not compared and not shown in the repr."""
 
     name: str
     files: tuple[Path, ...] = ()
     skipped: str | None = None
+    figure: Figure | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -107,13 +112,15 @@ def load_experiment_files(experiment_dir: str | Path) -> ExperimentFiles:
 # --- helpers --------------------------------------------------------------------------------------------------------
 
 def n_colors(ns: Sequence[int]) -> dict[int, Any]:
-    """One viridis colour per N, evenly spaced by rank (dark = small N)."""
+    """One viridis colour per N, evenly spaced by rank (dark = small N). Every figure of an experiment passes all of
+    its N (:attr:`ExperimentFiles.ns`), so one N has one colour in every figure."""
     cmap = colormaps["viridis"]
     ns = sorted(set(ns))
     return {n: cmap(0.9 * i / max(len(ns) - 1, 1)) for i, n in enumerate(ns)}
 
 
 def _w_colors(widths: Sequence[int]) -> dict[int, Any]:
+    """One tab10 colour per width W, by rank; every figure passes all widths of the experiment."""
     cmap = colormaps["tab10"]
     return {w: cmap(i % 10) for i, w in enumerate(sorted(set(widths)))}
 
@@ -123,6 +130,73 @@ def _quality_label(records: Sequence[RunRecord]) -> str:
     if len(extractors) == 1:
         return metric_label(extractors[0])
     return "FID / FD (mixed extractors: " + ", ".join(extractors) + ")" if extractors else "FID"
+
+
+def _mark_interval(*artists: Any) -> None:
+    """Mark artists that draw an interval (error bars, 95 % bands) for diffmem.figure_checks."""
+    for artist in artists:
+        artist.set_gid(INTERVAL_GID)
+
+
+def tick_text(value: float) -> str:
+    """A tick label: plain digits between 0.01 and 99 999 ("0.05", "300", "20000"), else "m x 10^k" in mathtext."""
+    if value == 0:
+        return "0"
+    if 1e-2 <= abs(value) < 1e5:
+        return f"{value:g}"
+    exponent = math.floor(math.log10(abs(value)) + 1e-9)
+    mantissa = value / 10 ** exponent
+    if abs(mantissa - round(mantissa)) < 1e-6 and round(mantissa) == 1:
+        return f"$10^{{{exponent}}}$"
+    return f"${mantissa:.2g}\\times10^{{{exponent}}}$"
+
+
+def readable_log_axis(axis: Any, values: Sequence[float] | None = None) -> None:
+    """Ticks of a log axis that can be read: at least two labelled ticks and no crowding, set from the axis's final
+    view interval (call after the data and the limits are set).
+
+    ``values`` (e.g. the measured N): label exactly these (thinned to at least 1/8 of the span apart, in log), minor
+    ticks unlabelled. Otherwise, by the decades spanned: from 3 on, powers of 10 (every k-th when more than 7);
+    from 0.9 on, 1, 2 and 5 times powers of 10; below, evenly spaced round numbers (matplotlib's MaxNLocator, which
+    is nearly even in log over less than a decade)."""
+    lo, hi = sorted(axis.get_view_interval())
+    axis.set_minor_formatter(NullFormatter())
+    if values is not None and len(set(values)) >= 2:
+        vals = sorted(set(float(v) for v in values if lo <= v <= hi))
+        span = math.log10(vals[-1] / vals[0]) if vals[0] > 0 else 0.0
+        kept = [vals[0]]
+        for v in vals[1:]:
+            if math.log10(v / kept[-1]) >= span / 8:
+                kept.append(v)
+        axis.set_major_locator(FixedLocator(kept))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: tick_text(v)))
+        axis.set_minor_locator(NullLocator())
+        return
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 0.0
+    if decades >= 3:
+        step = max(1, math.ceil(decades / 7))
+        major = LogLocator(base=10.0 ** step, subs=(1.0,))
+    elif decades >= 0.9:
+        major = LogLocator(base=10.0, subs=(1.0, 2.0, 5.0))
+    else:
+        major = MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10])
+    axis.set_major_locator(major)
+    axis.set_major_formatter(FuncFormatter(lambda v, _: tick_text(v)))
+    axis.set_minor_locator(LogLocator(base=10.0, subs="auto") if decades >= 0.9 else NullLocator())
+
+
+F_MEM_LINTHRESH = 1e-3
+"""f_mem axes are symlog, linear below 1e-3 (where the onset of tau_mem lies: a few copies among 1e3-1e4 samples)."""
+
+
+def f_mem_axis(ax: Any) -> None:
+    """A symlog f_mem y axis from 0 to 1, linear below :data:`F_MEM_LINTHRESH`, ticks 0, 0.001, 0.01, 0.1, 1."""
+    ax.set_yscale("symlog", linthresh=F_MEM_LINTHRESH, linscale=0.4)
+    ax.set_ylim(0, 1.05)
+    ax.yaxis.set_major_locator(FixedLocator([0, 1e-3, 1e-2, 1e-1, 1]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_ylabel(r"$f_\mathrm{mem}$ (fraction copied)")
 
 
 def new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANEL, sharex: bool = False,
@@ -139,7 +213,7 @@ def new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANE
 
 
 def save_figure(fig: Figure, out_dir: Path, name: str) -> FigureResult:
-    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically."""
+    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically; the result keeps ``fig``."""
     files = []
     for fmt in ("png", "pdf"):
         buffer = io.BytesIO()
@@ -147,7 +221,7 @@ def save_figure(fig: Figure, out_dir: Path, name: str) -> FigureResult:
         path = out_dir / f"{name}.{fmt}"
         atomic_write_bytes(path, buffer.getvalue())
         files.append(path)
-    return FigureResult(name, tuple(files))
+    return FigureResult(name, tuple(files), figure=fig)
 
 
 def _finite(x: np.ndarray, *ys: np.ndarray) -> np.ndarray:
@@ -169,15 +243,42 @@ def _window_of(rows: Sequence[dict[str, Any]]) -> tuple[float | None, float | No
     return gen, mem, any(r.get("tau_mem_censored") for r in rows)
 
 
-def _legend_by_n(ax, ns: Sequence[int], colors: dict[int, Any], title: str = "N") -> None:
-    handles = [Line2D([], [], color=colors[n], label=str(n)) for n in ns]
-    ax.legend(handles=handles, title=title, ncols=2 if len(ns) > 5 else 1, loc="best")
+def _envelope(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float] | None:
+    """The union of the 95 % intervals of ``key`` over the seeds of one cell (None when no seed has both ends)."""
+    pairs = [(r[f"{key}_lo"], r[f"{key}_hi"]) for r in rows
+             if r.get(f"{key}_lo") is not None and r.get(f"{key}_hi") is not None and not r.get(f"{key}_censored")]
+    if not pairs:
+        return None
+    return min(p[0] for p in pairs), max(p[1] for p in pairs)
+
+
+def _legend_by_n(ax, ns: Sequence[int], colors: dict[int, Any], title: str = "N", extra: Sequence[Any] = (),
+                 **kwargs) -> None:
+    handles = [Line2D([], [], color=colors[n], label=str(n)) for n in ns] + list(extra)
+    ax.legend(handles=handles, title=title, ncols=2 if len(handles) > 5 else 1, **{"loc": "best", **kwargs})
+
+
+def _several_n(data: "ExperimentFiles") -> list[int]:
+    """The widths at which at least two N were run (what a figure against N or step / N needs)."""
+    return [w for w in data.widths if len({r["n"] for r in data.rows_of_width(w)}) >= 2]
 
 
 # --- 1. window ------------------------------------------------------------------------------------------------------
 
+def _quality_band(rec: RunRecord) -> tuple[np.ndarray, np.ndarray] | None:
+    """The 95 % band of the quality metric per evaluation, +-1.96 standard errors (``fid_boot_std``, else
+    ``fid_std``); None when the run recorded neither."""
+    fid = rec.series("fid")
+    se = rec.series("fid_boot_std")
+    se = np.where(np.isfinite(se), se, rec.series("fid_std"))
+    if not np.isfinite(se).any():
+        return None
+    return fid - 1.96 * se, fid + 1.96 * se
+
+
 def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
-    """FID/FD and f_mem against the step for every N at one width, and a strip with each N's window shaded."""
+    """FID/FD (with its 95 % sampling band where recorded) and f_mem (symlog, with its 95 % bootstrap band) against the
+    step for every N at one width, and a strip with each N's window [tau_gen, tau_mem] and their 95 % intervals."""
     name = f"window_w{width:02d}"
     rows = data.rows_of_width(width)
     records = [data.records[r["run"]] for r in rows]
@@ -186,14 +287,15 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     if not (has_fid or has_mem):
         return FigureResult(name, skipped=f"no FID and no f_mem recorded at W={width}")
     ns = sorted({r["n"] for r in rows})
-    colors = n_colors(ns)
-    heights = [2.0] * (int(has_fid) + int(has_mem)) + [0.25 + 0.12 * len(ns)]
-    fig = Figure(figsize=(4.2, sum(heights) + 0.6), layout="constrained")
+    colors = n_colors(data.ns)
+    heights = [2.0] * (int(has_fid) + int(has_mem)) + [0.35 + 0.15 * len(ns)]
+    fig = Figure(figsize=(4.2, sum(heights) + 0.9), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights}).ravel().tolist()
     ax_fid = axes[0] if has_fid else None
     ax_mem = axes[len(heights) - 2] if has_mem else None
     ax_win = axes[-1]
+    fid_band = False
     for row, rec in zip(rows, records):
         c = colors[row["n"]]
         steps = rec.steps
@@ -201,70 +303,110 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
             fid = rec.series("fid")
             ok = _finite(steps, fid)
             ax_fid.plot(steps[ok], fid[ok], color=c, marker=".", ms=2.5)
+            band = _quality_band(rec)
+            if band is not None:
+                keep = ok & np.isfinite(band[0]) & np.isfinite(band[1])
+                _mark_interval(ax_fid.fill_between(steps[keep], np.maximum(band[0][keep], fid[keep] * 0.5),
+                                                   band[1][keep], color=c, alpha=0.25, lw=0))
+                fid_band = True
         if ax_mem is not None:
             f, lo, hi = rec.series("f_mem"), rec.series("f_mem_lo"), rec.series("f_mem_hi")
             ok = _finite(steps, f)
             ax_mem.plot(steps[ok], f[ok], color=c, marker=".", ms=2.5)
             band = ok & np.isfinite(lo) & np.isfinite(hi)
             if band.any():
-                ax_mem.fill_between(steps[band], lo[band], hi[band], color=c, alpha=0.15, lw=0)
+                _mark_interval(ax_mem.fill_between(steps[band], lo[band], hi[band], color=c, alpha=0.3, lw=0))
     any_bound = any_empty = False
     for i, n in enumerate(ns):
-        gen, mem, mem_bound = _window_of([r for r in rows if r["n"] == n])
+        cell = [r for r in rows if r["n"] == n]
+        gen, mem, mem_bound = _window_of(cell)
         if gen is not None and mem is not None and gen < mem:
-            ax_win.fill_betweenx([i - 0.35, i + 0.35], gen, mem, color=colors[n], alpha=0.6, lw=0,
+            ax_win.fill_betweenx([i - 0.3, i + 0.3], gen, mem, color=colors[n], alpha=0.6, lw=0,
                                  hatch="///" if mem_bound else None)
             any_bound |= mem_bound
         elif gen is not None and mem is not None:
             ax_win.plot([mem], [i], marker="|", color=colors[n], ms=8)  # no window: tau_mem <= tau_gen
             any_empty = True
+        for key, value in (("tau_gen", gen), ("tau_mem", mem)):
+            env = _envelope(cell, key)
+            if value is not None and env is not None:
+                container = ax_win.errorbar([value], [i], xerr=[[max(value - env[0], 0)], [max(env[1] - value, 0)]],
+                                            color="0.15", ls="none", capsize=2, elinewidth=0.8, marker="none")
+                _mark_interval(*container.lines[2])
     ax_win.set_yticks(range(len(ns)), [str(n) for n in ns])
     ax_win.set_ylim(-0.6, len(ns) - 0.4)
     ax_win.set_ylabel("N")
     ax_win.grid(axis="y", visible=False)
     notes = ["hatched: $\\tau_\\mathrm{mem}$ only a lower bound"] * any_bound
     notes += ["| = $\\tau_\\mathrm{mem}$ before $\\tau_\\mathrm{gen}$: no window"] * any_empty
-    ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N"
-                     + (" (" + "; ".join(notes) + ")" if notes else ""), fontsize=6.5, loc="left")
+    ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N (median over seeds); black "
+                     "whiskers: 95 % intervals" + ("\n" + "; ".join(notes) if notes else ""), fontsize=6.5,
+                     loc="left")
     ax_win.set_xscale("log")
+    band_handle = [Line2D([], [], color="0.5", lw=5, alpha=0.3, label="95 % interval")]
     if ax_fid is not None:
         ax_fid.set_yscale("log")
-        ax_fid.set_ylabel(_quality_label(records))
+        ax_fid.set_ylabel(_quality_label(records) + ", lower is better")
         ax_fid.set_title(f"W = {width}")
-        _legend_by_n(ax_fid, ns, colors)
+        _legend_by_n(ax_fid, ns, colors, extra=band_handle if fid_band else ())
     if ax_mem is not None:
-        ax_mem.set_ylabel(r"$f_\mathrm{mem}$")
-        ax_mem.set_ylim(-0.02, 1.02)
+        f_mem_axis(ax_mem)
         if ax_fid is None:
             ax_mem.set_title(f"W = {width}")
-            _legend_by_n(ax_mem, ns, colors)
+            _legend_by_n(ax_mem, ns, colors, extra=band_handle)
+        else:
+            ax_mem.legend(handles=band_handle, loc="upper left")
     ax_win.set_xlabel("training step")
+    fig.canvas.draw()  # final limits before choosing ticks
+    readable_log_axis(ax_win.xaxis)
+    if ax_fid is not None:
+        readable_log_axis(ax_fid.yaxis)
     return save_figure(fig, out_dir, name)
 
 
 # --- 2. collapse ----------------------------------------------------------------------------------------------------
 
 def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
-    """f_mem against step / N, one panel per width."""
-    widths = [w for w in data.widths
-              if any(np.isfinite(data.records[r["run"]].series("f_mem")).any() for r in data.rows_of_width(w))]
-    if not widths:
-        return FigureResult("collapse", skipped="no f_mem recorded")
-    fig, axes = new_figure(len(widths), sharey=True)
-    for ax, w in zip(axes, widths):
+    """f_mem (symlog, with its 95 % band) against step / N, one panel per width that has at least two N; the x axis
+    starts at half the earliest onset interval's lower end (tau_mem_lo / N), where the curves leave 0."""
+    with_mem = [w for w in _several_n(data)
+                if any(np.isfinite(data.records[r["run"]].series("f_mem")).any() for r in data.rows_of_width(w))]
+    if not with_mem:
+        if not any(np.isfinite(rec.series("f_mem")).any() for rec in data.records.values()):
+            return FigureResult("collapse", skipped="no f_mem recorded")
+        return FigureResult("collapse", skipped=f"only one N per width (N={', '.join(map(str, data.ns))}): nothing "
+                                                "to collapse")
+    fig, axes = new_figure(len(with_mem), sharey=True)
+    colors = n_colors(data.ns)
+    for ax, w in zip(axes, with_mem):
         rows = data.rows_of_width(w)
         ns = sorted({r["n"] for r in rows})
-        colors = n_colors(ns)
+        starts, ends = [], []
         for row in rows:
             rec = data.records[row["run"]]
             x, f = rec.steps / row["n"], rec.series("f_mem")
+            lo, hi = rec.series("f_mem_lo"), rec.series("f_mem_hi")
             ok = _finite(x, f)
             ax.plot(x[ok], f[ok], color=colors[row["n"]], marker=".", ms=2.5)
+            band = ok & np.isfinite(lo) & np.isfinite(hi)
+            if band.any():
+                _mark_interval(ax.fill_between(x[band], lo[band], hi[band], color=colors[row["n"]], alpha=0.3,
+                                               lw=0))
+            if ok.any():
+                ends.append(float(x[ok][-1]))
+            if row.get("tau_mem_lo") is not None and not row.get("tau_mem_censored"):
+                starts.append(row["tau_mem_lo"] / row["n"])
         ax.set_xscale("log")
-        ax.set_xlabel(r"training step / $N$")
+        if starts and ends and min(starts) / 2 < max(ends):
+            ax.set_xlim(min(starts) / 2, max(ends) * 1.2)
+        ax.set_xlabel(r"training step / $N$ (steps per training image)")
         ax.set_title(f"W = {w}")
-        _legend_by_n(ax, ns, colors)
-    axes[0].set_ylabel(r"$f_\mathrm{mem}$")
+        _legend_by_n(ax, ns, colors, extra=[Line2D([], [], color="0.5", lw=5, alpha=0.3, label="95 % interval")],
+                     loc="upper left")
+    f_mem_axis(axes[0])
+    fig.canvas.draw()
+    for ax in axes:
+        readable_log_axis(ax.xaxis)
     return save_figure(fig, out_dir, "collapse")
 
 
@@ -294,8 +436,10 @@ def _draw_taus(ax, rows: Sequence[dict[str, Any]], key: str, x_of, color, marker
             yerr = None
             if lo is not None and hi is not None:
                 yerr = [[max(y - lo / scale, 0.0)], [max(hi / scale - y, 0.0)]]
-            ax.errorbar([x], [y], yerr=yerr, color=color, marker=marker, ls="none", capsize=2, elinewidth=0.8,
-                        **style)
+            container = ax.errorbar([x], [y], yerr=yerr, color=color, marker=marker, ls="none", capsize=2,
+                                    elinewidth=0.8, **style)
+            if yerr is not None:
+                _mark_interval(*container.lines[2])
         if seeded and r.get(f"{key}_seed_gmean") is not None:
             means[x] = r[f"{key}_seed_gmean"] / scale
         drawn += 1
@@ -305,19 +449,43 @@ def _draw_taus(ax, rows: Sequence[dict[str, Any]], key: str, x_of, color, marker
     return drawn
 
 
-def draw_fit(ax, fit: PowerLawFit | None, color, label_x: str) -> str | None:
-    """The fitted law over its x range (extended by 20%) with the 95 % interval of the law as a band (Student t on
-    the cell means, diffmem.analysis.powerlaw); returns a legend text."""
+def draw_fit(ax, fit: PowerLawFit | None, color, label_x: str, *, scale: float = 1.0) -> str | None:
+    """The fitted law over its x range (extended by 20%), divided by ``scale`` (e.g. N for tau_mem / N), with the
+    95 % interval of the law as a band (Student t on the cell means, diffmem.analysis.powerlaw) when it has one (at
+    least 3 distinct x); returns a legend text."""
     if fit is None or not fit.fitted:
         return None
     x_min, x_max = fit.x_range
-    xs = np.geomspace(x_min / 1.2, x_max * 1.2, 60)
+    xs = np.geomspace(x_min / 1.2, x_max * 1.2, 200)
     value, lo, hi = fit.predict(xs)
-    ax.plot(xs, value, color=color, lw=1.0)
+    ax.plot(xs, value / scale, color=color, lw=1.0)
     if fit.exponent_lo is None:
-        return f"$\\propto {label_x}^{{{fit.exponent:.2f}}}$ (no interval: 2 values)"
-    ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
-    return (f"$\\propto {label_x}^{{{fit.exponent:.2f}}}$ [{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]")
+        return f"fit $\\propto {label_x}^{{{fit.exponent:.2f}}}$ (2 values: no interval)"
+    _mark_interval(ax.fill_between(xs, lo / scale, hi / scale, color=color, alpha=0.15, lw=0))
+    return f"fit $\\propto {label_x}^{{{fit.exponent:.2f}}}$ [{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]"
+
+
+def draw_reference(ax, xs: Sequence[float], ys: Sequence[float], exponent: float, label: str) -> Line2D | None:
+    """A reference law y ~ x^exponent (grey dashes) through the centroid (geometric means) of the points (xs, ys),
+    over their x range extended by 20 %; returns its legend handle (None, nothing drawn, with fewer than two distinct
+    x)."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    ok = (xs > 0) & (ys > 0) & np.isfinite(xs) & np.isfinite(ys)
+    if len(set(xs[ok])) < 2:
+        return None
+    handle = Line2D([], [], color="0.45", ls="--", lw=0.9, label=label)
+    lx, ly = np.log(xs[ok]).mean(), np.log(ys[ok]).mean()
+    grid = np.geomspace(xs[ok].min() / 1.2, xs[ok].max() * 1.2, 20)
+    ax.plot(grid, np.exp(ly + exponent * (np.log(grid) - lx)), color="0.45", ls="--", lw=0.9, zorder=1)
+    return handle
+
+
+def _limit_to_points(ax, ys: Sequence[float], factor: float = 2.5) -> None:
+    """Log y limits from the points (with their intervals) widened by ``factor`` each way, so that a wide fit band
+    cannot squeeze them into a line."""
+    ys = [y for y in ys if y is not None and y > 0 and math.isfinite(y)]
+    if ys:
+        ax.set_ylim(min(ys) / factor, max(ys) * factor)
 
 
 def gof_text(fit: PowerLawFit | None) -> str | None:
@@ -349,82 +517,130 @@ def _group_fit(data: ExperimentFiles, name: str, key: str) -> PowerLawFit | None
     return data.fits[name].groups.get(key)
 
 
+PAPER_EXPONENT_N = {"tau_mem": 1.0, "tau_gen": 0.0}
+"""The paper's laws against N: tau_mem ~ N (also each level crossing), tau_gen independent of N."""
+
+
 def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
-    """tau_mem (its onset, then each level crossing tau_mem_at_L of summary.csv) and tau_gen against N per width,
-    with the fitted laws, their 95 % bands and goodness of fit."""
+    """tau_mem (its onset, then each level crossing tau_mem_at_L of summary.csv) and tau_gen against N per width
+    that has at least two N, with the fitted laws, their 95 % bands, goodness of fit and the paper's slope (1 for
+    tau_mem, 0 for tau_gen) through the points' centroid for reference."""
+    widths = _several_n(data)
+    if not widths:
+        return FigureResult("scaling", skipped=f"only one N per width (N={', '.join(map(str, data.ns))}): nothing "
+                                               "to plot against N")
     levels = sorted({k for r in data.rows for k in r if k.startswith("tau_mem_at_")
                      and not k.endswith(("_lo", "_hi", "_censored"))}, key=lambda k: float(k[len("tau_mem_at_"):]))
-    level_panels = tuple((k, f"{k}_vs_n", rf"step where $f_\mathrm{{mem}}$ reaches {k[len('tau_mem_at_'):]} (steps)")
-                         for k in levels)
+    level_panels = tuple((k, f"{k}_vs_n", rf"$\tau_\mathrm{{mem}}$ at $f_\mathrm{{mem}}$ = {k[len('tau_mem_at_'):]} "
+                          "(steps)") for k in levels)
     panels = _present(data, (("tau_mem", "tau_mem_vs_n", r"$\tau_\mathrm{mem}$, onset (steps)"),) + level_panels
                       + (("tau_gen", "tau_gen_vs_n", r"$\tau_\mathrm{gen}$ (steps)"),))
     if not panels:
         return FigureResult("scaling", skipped="no tau_mem and no tau_gen in summary.csv")
-    fig, axes = new_figure(len(panels))
+    fig, axes = new_figure(len(panels), size=(3.4, 3.4))
     colors = _w_colors(data.widths)
+    rows_used = [r for r in data.rows if r["width"] in widths]
+    ns = sorted({r["n"] for r in rows_used})
+    seeded = any((r.get("seeds_in_cell") or 1) > 1 for r in rows_used)
     for ax, (key, fit_name, label) in zip(axes, panels):
         handles = []
-        for w in data.widths:
+        for w in widths:
             rows = data.rows_of_width(w)
             if not _draw_taus(ax, rows, key, lambda r: r["n"], colors[w], "o"):
                 continue
             fit = _group_fit(data, fit_name, str(w))
             text = draw_fit(ax, fit, colors[w], "N")
             handles.append(Line2D([], [], color=colors[w], marker="o",
-                                            label=f"W={w}" + (f": {text}" if text else "")))
+                                  label=f"W={w}" + (f": {text}" if text else "")))
             gof = gof_text(fit)
             if gof:
                 handles.append(Line2D([], [], ls="none", label=f"  {gof}"))
-        if any((r.get("seeds_in_cell") or 1) > 1 for r in data.rows):
+        measured = [r for r in rows_used if r[key] is not None and not r.get(f"{key}_censored")]
+        exponent = PAPER_EXPONENT_N["tau_gen" if key == "tau_gen" else "tau_mem"]
+        reference = draw_reference(ax, [r["n"] for r in measured], [r[key] for r in measured], exponent,
+                                   f"paper: slope {exponent:g} (through the points' centroid)")
+        handles += [reference] if reference else []
+        if any(h.get_label().startswith("W=") and "[" in h.get_label() for h in handles):
+            handles.append(Line2D([], [], color="0.5", lw=5, alpha=0.3,
+                                  label="band: 95 % interval of the fitted law; bars: of each run"))
+        if seeded and any(r.get(f"{key}_seed_gmean") is not None for r in rows_used):
             handles.append(Line2D([], [], color="0.3", marker="D", mec="black", ls="none",
                                   label="mean over seeds (faint: each seed)"))
-        if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in data.rows if r[key] is not None):
+        if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in rows_used if r[key] is not None):
             handles.append(Line2D([], [], color="0.3", marker="^", mfc="none", ls="none",
-                                            label="censored (lower bound)"))
+                                  label="censored (lower bound)"))
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xticks(data.ns, [str(n) for n in data.ns])  # the measured N, not overlapping minor labels
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel(r"training set size $N$")
+        ax.set_xlabel(r"training set size $N$ (images)")
         ax.set_ylabel(label)
-        ax.legend(handles=handles, loc="best")
+        _limit_to_points(ax, [v for r in rows_used for v in (r[key], r.get(f"{key}_lo"), r.get(f"{key}_hi"))])
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
+    fig.canvas.draw()
+    for ax in axes:
+        readable_log_axis(ax.xaxis, ns)
+        readable_log_axis(ax.yaxis)
     return save_figure(fig, out_dir, "scaling")
 
 
 # --- 4. width -------------------------------------------------------------------------------------------------------
 
+PAPER_EXPONENT_W = {"tau_gen": -1.0, "tau_mem": -1.0}
+"""The paper's laws against the width W: tau_gen ~ 1/W and tau_mem / N ~ 1/W."""
+
+
 def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
-    """tau_gen and tau_mem / N against W, per N, when several widths exist."""
+    """tau_gen and tau_mem / N against W, per N, when several widths exist: the points with their 95 % intervals,
+    the fitted laws (tau_gen pooled over N, tau_mem per N divided by N) with their bands and the paper's 1/W through
+    the points' centroid."""
     if len(data.widths) < 2:
         return FigureResult("width", skipped=f"only one width ({data.widths[0]}): nothing to plot against W")
     panels = _present(data, (("tau_gen", r"$\tau_\mathrm{gen}$ (steps)", lambda r: 1.0),
-                             ("tau_mem", r"$\tau_\mathrm{mem} / N$ (steps per image)", lambda r: float(r["n"]))))
+                             ("tau_mem", r"$\tau_\mathrm{mem} / N$ (steps per image)",
+                              lambda r: float(r["n"]))))
     if not panels:
         return FigureResult("width", skipped="no tau_gen and no tau_mem in summary.csv")
-    fig, axes = new_figure(len(panels))
+    fig, axes = new_figure(len(panels), size=(3.4, 3.2))
     colors = n_colors(data.ns)
     for ax, (key, label, scale) in zip(axes, panels):
-        ys = []
+        handles, xs, ys, all_ys = [], [], [], []
         for n in data.ns:
             rows = [r for r in data.rows if r["n"] == n]
             _draw_taus(ax, rows, key, lambda r: r["width"], colors[n], "o", scale_of=scale)
-            ys += [r[key] / scale(r) for r in rows if r[key] is not None]
-        handles = [Line2D([], [], color=colors[n], marker="o", ls="none", label=f"N={n}") for n in data.ns]
+            for r in rows:
+                if r[key] is None:
+                    continue
+                all_ys += [v / scale(r) for v in (r[key], r.get(f"{key}_lo"), r.get(f"{key}_hi")) if v is not None]
+                if not r.get(f"{key}_censored"):
+                    xs.append(r["width"])
+                    ys.append(r[key] / scale(r))
+            if key == "tau_mem" and data.fits is not None and len({r["width"] for r in rows}) >= 2:
+                text = draw_fit(ax, data.fits["tau_mem_vs_width"].groups.get(str(n)), colors[n], "W", scale=n)
+                if text:
+                    handles.append(Line2D([], [], color=colors[n], label=f"N={n}: {text}"))
+        handles = [Line2D([], [], color=colors[n], marker="o", ls="none", label=f"N={n}") for n in data.ns] + handles
         fit = data.fits["tau_gen_vs_width"].pooled if (key == "tau_gen" and data.fits is not None) else None
         text = draw_fit(ax, fit, "0.2", "W")
         if text:
-            handles.append(Line2D([], [], color="0.2", label=f"fit: {text}"))
-        w_arr = np.array(data.widths, dtype=float)
-        anchor = math.exp(np.mean(np.log(ys))) * math.exp(np.mean(np.log(w_arr)))
-        ax.plot(w_arr, anchor / w_arr, color="0.5", ls="--", lw=0.8)
-        handles.append(Line2D([], [], color="0.5", ls="--", label=r"$\propto 1/W$ (paper)"))
+            handles.append(Line2D([], [], color="0.2", label=text + (" (all N)" if len(data.ns) > 1 else "")))
+        if any("[" in h.get_label() for h in handles):
+            handles.append(Line2D([], [], color="0.5", lw=5, alpha=0.3,
+                                  label="band: 95 % interval of the fitted law; bars: of each run"))
+        reference = draw_reference(ax, xs, ys, PAPER_EXPONENT_W[key],
+                                   r"paper: $\propto 1/W$ (through the points' centroid)")
+        handles += [reference] if reference else []
+        if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in data.rows if r[key] is not None):
+            handles.append(Line2D([], [], color="0.3", marker="^", mfc="none", ls="none",
+                                  label="censored (lower bound)"))
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xticks(data.widths, [str(w) for w in data.widths])
-        ax.minorticks_off()
-        ax.set_xlabel("base width $W$")
+        ax.set_xlabel("base width $W$ (channels)")
         ax.set_ylabel(label)
-        ax.legend(handles=handles, loc="best")
+        _limit_to_points(ax, all_ys, factor=1.6)
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
+    fig.canvas.draw()
+    for ax in axes:
+        readable_log_axis(ax.xaxis, data.widths)
+        readable_log_axis(ax.yaxis)
     return save_figure(fig, out_dir, "width")
 
 
@@ -459,15 +675,17 @@ PHASE_STYLE = {
 }
 
 
-def classify_phase(f_mem: float | None, tau: float, tau_gen: float | None, threshold: float,
+def classify_phase(tau: float, last_step: float | None, memorizing: bool, tau_gen: float | None,
                    tau_gen_is_bound: bool = False) -> str:
-    """The phase-diagram class of one (N, W) at training time ``tau`` (keys of :data:`PHASE_STYLE`).
+    """The phase-diagram class of one (N, W) at training time ``tau`` (steps; keys of :data:`PHASE_STYLE`).
 
-    ``tau_gen_is_bound``: tau_gen is only a lower bound (plateau not confirmed): "generalizing" is then not claimed.
+    ``last_step``: the last evaluated step (None: none); ``memorizing``: whether the cell memorizes at ``tau``
+    (:func:`memorizing_at`); ``tau_gen_is_bound``: tau_gen is only a lower bound (plateau not confirmed), so
+    "generalizing" is not claimed.
     """
-    if f_mem is None:
+    if last_step is None or tau > last_step:
         return "not trained that long"
-    if f_mem > threshold:
+    if memorizing:
         return "memorizing"
     if tau_gen is not None and tau < tau_gen:
         return "learning (before tau_gen)"
@@ -476,63 +694,152 @@ def classify_phase(f_mem: float | None, tau: float, tau_gen: float | None, thres
     return "generalizing"
 
 
-def plot_phase(data: ExperimentFiles, out_dir: Path, *, threshold: float = 0.01,
+def memorizing_at(data: ExperimentFiles, rows: Sequence[dict[str, Any]], tau: float,
+                  threshold: float | None = None) -> bool:
+    """Whether the seeds ``rows`` of one (N, W) memorize at step ``tau``.
+
+    ``threshold`` None (the default): tau_mem's own rule (diffmem.analysis.timescales.tau_mem), i.e. more than half
+    of the seeds have an onset tau_mem <= tau (an onset only known as a lower bound counts as not yet). A number: the
+    seeds' mean f_mem(tau) (:func:`f_mem_at`) exceeds it."""
+    if threshold is not None:
+        fs = [f for r in rows if (f := f_mem_at(data.records[r["run"]], tau)) is not None]
+        return bool(fs) and float(np.mean(fs)) > threshold
+    onsets = [r["tau_mem"] <= tau for r in rows if r["tau_mem"] is not None
+              and not (r.get("tau_mem_censored") and r.get("tau_mem_hi") is None)]
+    return sum(onsets) > len(rows) / 2
+
+
+def _cell_phase(data: ExperimentFiles, rows: Sequence[dict[str, Any]], tau: float, threshold: float | None) -> str:
+    measured = [r["tau_gen"] for r in rows if r["tau_gen"] is not None and not r.get("tau_gen_censored")]
+    bounds = [r["tau_gen"] for r in rows if r["tau_gen"] is not None and r.get("tau_gen_censored")]
+    tau_gen = _median(measured) if measured else _median(bounds)
+    last = min((r["steps"] for r in rows if r["steps"]), default=None)
+    return classify_phase(tau, last, memorizing_at(data, rows, tau, threshold), tau_gen,
+                          tau_gen_is_bound=not measured and bool(bounds))
+
+
+def _phase_legend(fig: Figure, seen: set[str], threshold: float | None) -> None:
+    handles = [Line2D([], [], ls="none", ms=7, marker="s", mec=PHASE_STYLE[k]["color"],
+                      mfc=PHASE_STYLE[k].get("mfc", PHASE_STYLE[k]["color"]), label=k)
+               for k in PHASE_STYLE if k in seen]
+    rule = (r"memorizing: from the onset $\tau_\mathrm{mem}$ on (most seeds)" if threshold is None
+            else f"memorizing: $f_\\mathrm{{mem}}(\\tau) > {threshold:g}$")
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), title=rule)
+
+
+def plot_phase(data: ExperimentFiles, out_dir: Path, *, threshold: float | None = None,
                times: Sequence[float] | None = None) -> FigureResult:
-    """The (N, p) plane at a few training times: which (N, p) memorize, generalize or still learn."""
+    """Which (N, W) memorize, generalize or still learn, against training time.
+
+    With several N and several parameter counts p: the (N, p) plane at a few training times tau (the paper's
+    Fig. 3). With one p (an N sweep) or one N (a width sweep) that plane is a single row, so the figure is the
+    (tau, N) or (tau, W) plane instead: one bar per N (or W) along the training step, coloured by phase. One N and
+    one width: skipped. ``threshold``: see :func:`memorizing_at`."""
     with_p = [r for r in data.rows if r["params"]]
     if not with_p:
         return FigureResult("phase", skipped="no parameter counts (params) in the runs' config.json")
     if not any(np.isfinite(data.records[r["run"]].series("f_mem")).any() for r in with_p):
         return FigureResult("phase", skipped="no f_mem recorded")
+    ns = sorted({r["n"] for r in with_p})
+    ps = sorted({r["params"] for r in with_p})
+    if len(ns) < 2 and len(ps) < 2:
+        return FigureResult("phase", skipped=f"one N ({ns[0]}) and one model size: no phase diagram")
+    if len(ns) >= 2 and len(ps) >= 2:
+        return _phase_plane(data, with_p, out_dir, threshold, times)
+    return _phase_strips(data, with_p, out_dir, threshold, by_n=len(ns) >= 2)
+
+
+def _phase_plane(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out_dir: Path, threshold: float | None,
+                 times: Sequence[float] | None) -> FigureResult:
     times = list(times) if times is not None else _phase_times(data)
     if not times:
         return FigureResult("phase", skipped="no evaluated steps")
-    fig, axes = new_figure(len(times), size=(2.3, 2.3), sharey=True)
+    fig, axes = new_figure(len(times), size=(2.4, 2.4), sharey=True)
     groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in with_p:
         groups.setdefault((r["n"], r["params"]), []).append(r)
     seen = set()
     for ax, tau in zip(axes, times):
         for (n, p), rows in sorted(groups.items()):
-            fs = [f for r in rows if (f := f_mem_at(data.records[r["run"]], tau)) is not None]
-            f = float(np.mean(fs)) if fs else None
-            measured = [r["tau_gen"] for r in rows if r["tau_gen"] is not None and not r.get("tau_gen_censored")]
-            bounds = [r["tau_gen"] for r in rows if r["tau_gen"] is not None and r.get("tau_gen_censored")]
-            tau_gen = _median(measured) if measured else _median(bounds)
-            label = classify_phase(f, tau, tau_gen, threshold, tau_gen_is_bound=not measured and bool(bounds))
+            label = _cell_phase(data, rows, tau, threshold)
             seen.add(label)
             style = PHASE_STYLE[label]
             ax.plot([n], [p], ls="none", ms=9, mec=style["color"], mfc=style.get("mfc", style["color"]),
                     marker=style["marker"])
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(f"$\\tau$ = {tau:.3g} steps")
-        ax.set_xlabel("$N$")
+        ax.set_title(f"$\\tau$ = {tick_text(float(f'{tau:.3g}'))} steps")
+        ax.set_xlabel("training set size $N$")
         ax.margins(0.15)
     axes[0].set_ylabel("parameters $p$")
-    handles = [Line2D([], [], ls="none", ms=7, marker="s", mec=PHASE_STYLE[k]["color"],
-                                mfc=PHASE_STYLE[k].get("mfc", PHASE_STYLE[k]["color"]), label=k)
-               for k in PHASE_STYLE if k in seen]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3),
-               title=f"memorizing: $f_\\mathrm{{mem}}(\\tau) > {threshold:g}$")
+    _phase_legend(fig, seen, threshold)
+    fig.canvas.draw()
+    for ax in axes:
+        readable_log_axis(ax.xaxis, sorted({n for n, _ in groups}))
+        readable_log_axis(ax.yaxis, sorted({p for _, p in groups}))
+    return save_figure(fig, out_dir, "phase")
+
+
+def _phase_strips(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out_dir: Path, threshold: float | None,
+                  *, by_n: bool) -> FigureResult:
+    key = "n" if by_n else "width"
+    values = sorted({r[key] for r in with_p})
+    first = min(float(data.records[r["run"]].steps[0]) for r in with_p if len(data.records[r["run"]].steps))
+    last = max(r["steps"] for r in with_p if r["steps"])
+    grid = np.geomspace(max(first, 1.0), last, 300)
+    edges = np.sqrt(grid[:-1] * grid[1:])
+    edges = np.concatenate([[grid[0]], edges, [grid[-1]]])
+    fig, (ax,) = new_figure(1, size=(5.0, 0.9 + 0.3 * len(values)))
+    seen = set()
+    for i, v in enumerate(values):
+        rows = [r for r in with_p if r[key] == v]
+        labels = [_cell_phase(data, rows, float(t), threshold) for t in grid]
+        start = 0
+        for j in range(1, len(grid) + 1):
+            if j == len(grid) or labels[j] != labels[start]:
+                style = PHASE_STYLE[labels[start]]
+                ax.broken_barh([(edges[start], edges[j] - edges[start])], (i - 0.35, 0.7),
+                               facecolors=style.get("mfc", style["color"]), edgecolors=style["color"], lw=0.6)
+                seen.add(labels[start])
+                start = j
+    ax.set_yticks(range(len(values)), [str(v) for v in values])
+    ax.set_ylim(-0.6, len(values) - 0.4)
+    ax.grid(axis="y", visible=False)
+    ax.set_xscale("log")
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_xlabel(r"training time $\tau$ (steps)")
+    if by_n:
+        (p,) = {r["params"] for r in with_p}
+        ax.set_ylabel("$N$ (images)")
+        ax.set_title(f"phase against training time (one model: p = {tick_text(p)} parameters)")
+    else:
+        (n,) = {r["n"] for r in with_p}
+        ax.set_ylabel("width $W$")
+        ax.set_title(f"phase against training time (one training set: N = {n})")
+    _phase_legend(fig, seen, threshold)
+    fig.canvas.draw()
+    readable_log_axis(ax.xaxis)
     return save_figure(fig, out_dir, "phase")
 
 
 # --- 6. loss gap ----------------------------------------------------------------------------------------------------
 
 def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
-    """Train and test loss at the fixed diffusion time against the step, per N, one panel per width."""
+    """Train (solid) and test (dashed) loss at the fixed diffusion time against the step, per N, one panel per width,
+    panels sharing the loss axis; each run's tau_gap (where the test loss leaves the train loss) as an open circle on
+    its test curve."""
     def has_loss(rec: RunRecord) -> bool:
         return bool((np.isfinite(rec.series("train_loss")) & np.isfinite(rec.series("test_loss"))).any())
 
     widths = [w for w in data.widths if any(has_loss(data.records[r["run"]]) for r in data.rows_of_width(w))]
     if not widths:
         return FigureResult("loss_gap", skipped="no train/test loss recorded")
-    fig, axes = new_figure(len(widths))
+    fig, axes = new_figure(len(widths), sharey=True)
+    colors = n_colors(data.ns)
+    any_gap = False
     for ax, w in zip(axes, widths):
         rows = data.rows_of_width(w)
         ns = sorted({r["n"] for r in rows})
-        colors = n_colors(ns)
         for row in rows:
             rec = data.records[row["run"]]
             steps = rec.steps
@@ -540,28 +847,42 @@ def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                 y = rec.series(key)
                 ok = _finite(steps, y) & (y > 0)
                 ax.plot(steps[ok], y[ok], color=colors[row["n"]], ls=ls)
-            if row.get("tau_gap") is not None and not row.get("tau_gap_censored"):
-                ax.axvline(row["tau_gap"], color=colors[row["n"]], lw=0.6, ls=":")
+            gap = row.get("tau_gap")
+            test = rec.series("test_loss")
+            ok = _finite(steps, test) & (test > 0)
+            if gap is not None and not row.get("tau_gap_censored") and ok.sum() >= 2:
+                at = math.exp(float(np.interp(math.log(gap), np.log(steps[ok]), np.log(test[ok]))))
+                ax.plot([gap], [at], marker="o", mfc="white", mec=colors[row["n"]], mew=1.2, ms=6, ls="none",
+                        zorder=5)
+                any_gap = True
         handles = [Line2D([], [], color=colors[n], label=f"N={n}") for n in ns]
         handles += [Line2D([], [], color="0.3", ls="-", label="train"),
-                    Line2D([], [], color="0.3", ls="--", label="test"),
-                    Line2D([], [], color="0.3", ls=":", label=r"$\tau_\mathrm{gap}$")]
-        ax.legend(handles=handles, ncols=2, loc="best")
+                    Line2D([], [], color="0.3", ls="--", label="test (held out)")]
+        if any_gap:
+            handles.append(Line2D([], [], color="0.3", marker="o", mfc="white", ls="none",
+                                  label=r"$\tau_\mathrm{gap}$"))
+        ax.legend(handles=handles, ncols=2, loc="lower left")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("training step")
         ax.set_title(f"W = {w}")
     loss_t = next((e.get("loss_t") for rec in data.records.values() for e in rec.evaluations if e.get("loss_t")), None)
-    axes[0].set_ylabel("DSM loss" + (f" at t = {loss_t:g}" if loss_t else ""))
+    axes[0].set_ylabel("denoising loss" + (f" at t = {loss_t:g}" if loss_t else ""))
+    fig.canvas.draw()
+    for ax in axes:
+        readable_log_axis(ax.xaxis)
+    readable_log_axis(axes[0].yaxis)
     return save_figure(fig, out_dir, "loss_gap")
 
 
 # --- all ------------------------------------------------------------------------------------------------------------
 
-def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = None, phase_threshold: float = 0.01,
+def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
+                 phase_threshold: float | None = None,
                  phase_times: Sequence[float] | None = None) -> list[FigureResult]:
     """Draw every figure of ``experiment_dir`` (after `diffmem analyze`) into ``out_dir`` (default
-    ``experiment_dir/figures``)."""
+    ``experiment_dir/figures``); each result keeps its Figure. ``phase_threshold``: see :func:`memorizing_at`
+    (None: tau_mem's rule); ``phase_times``: the training times (steps) of the (N, p) panels."""
     data = load_experiment_files(experiment_dir)
     out_dir = data.directory / "figures" if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,13 @@
-"""Figures from files on disk: every figure is written (PNG + PDF, non-empty) or skipped with a reason."""
+"""Figures from files on disk: every figure is written (PNG + PDF, non-empty) or skipped with a reason, and every
+figure drawn passes the mechanical readability checks of diffmem.figure_checks."""
 from __future__ import annotations
 
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from diffmem import plots
+from diffmem.figure_checks import INTERVAL_GID, figure_problems
 from diffmem.analysis import analyze
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
 
@@ -68,15 +72,119 @@ def test_phase_classification_and_interpolation(experiment):
     assert plots.f_mem_at(record, 1.0) == record.series("f_mem")[0]
     assert plots.f_mem_at(record, 1e9) is None
     assert plots.f_mem_at(record, 9e5) > 0.5  # planted tau_mem = 300 * 128
-    assert plots.classify_phase(None, 10, 5, 0.01) == "not trained that long"
-    assert plots.classify_phase(0.2, 10, 5, 0.01) == "memorizing"
-    assert plots.classify_phase(0.0, 10, 5, 0.01) == "generalizing"
-    assert plots.classify_phase(0.0, 1, 5, 0.01) == "learning (before tau_gen)"
-    assert plots.classify_phase(0.0, 1, None, 0.01) == "not memorizing (tau_gen unconfirmed)"
-    assert plots.classify_phase(0.0, 10, 5, 0.01, tau_gen_is_bound=True) == "not memorizing (tau_gen unconfirmed)"
+    # classify_phase(tau, last_step, memorizing, tau_gen, tau_gen_is_bound)
+    assert plots.classify_phase(10, None, False, 5) == "not trained that long"
+    assert plots.classify_phase(20, 15, True, 5) == "not trained that long"
+    assert plots.classify_phase(10, 15, True, 5) == "memorizing"
+    assert plots.classify_phase(10, 15, False, 5) == "generalizing"
+    assert plots.classify_phase(1, 15, False, 5) == "learning (before tau_gen)"
+    assert plots.classify_phase(1, 15, False, None) == "not memorizing (tau_gen unconfirmed)"
+    assert plots.classify_phase(10, 15, False, 5, tau_gen_is_bound=True) == "not memorizing (tau_gen unconfirmed)"
+    # memorizing by tau_mem's rule (the default) or by an f_mem threshold
+    data = plots.load_experiment_files(root)
+    (row,) = [r for r in data.rows if r["run"] == "n00128_w32_s0"]
+    assert not plots.memorizing_at(data, [row], row["tau_mem"] * 0.9)
+    assert plots.memorizing_at(data, [row], row["tau_mem"] * 1.1)
+    assert plots.memorizing_at(data, [row], 9e5, threshold=0.5)
+    assert not plots.memorizing_at(data, [row], 1.0, threshold=0.01)
+    (never,) = [r for r in data.rows if r["run"] == "n04096_w32_s0"]
+    assert not plots.memorizing_at(data, [never], 1e9)
 
 
 def test_figures_need_the_summary(tmp_path):
     write_synthetic_run(tmp_path / "r", n=32, width=8, steps=1000, tau_gen=100, tau_mem=300, n_evals=8)
     with pytest.raises(plots.PlotError, match="diffmem analyze"):
         plots.make_figures(tmp_path)
+
+
+# --- mechanical checks of every figure (issue #29, item 5) ----------------------------------------------------------
+
+WITH_INTERVALS = ("window", "collapse", "scaling", "width")
+"""Figures whose data has intervals in the synthetic experiments (f_mem_lo/hi per evaluation, tau_*_lo/hi)."""
+
+
+@pytest.fixture(scope="module")
+def n_sweep(tmp_path_factory):
+    """One width, four N within a decade, two seeds (as results/cpu_digits): the N ticks of a log axis are minor."""
+    root = tmp_path_factory.mktemp("n_sweep")
+    write_synthetic_experiment(root, [16, 32, 64, 128], widths=[8], seeds=[0, 1], n_evals=24,
+                               steps=lambda n, w: max(5000, 250 * n), tau_gen=lambda n, w: 700 * (n / 16) ** -0.15,
+                               tau_mem=lambda n, w: 80.0 * n, fid_extractor="diffmem-pixels")
+    return root, analyze(root)
+
+
+@pytest.fixture(scope="module")
+def width_sweep(tmp_path_factory):
+    """One N, three widths (as results/cpu_digits_width): values within a decade on log y axes."""
+    root = tmp_path_factory.mktemp("width_sweep")
+    write_synthetic_experiment(root, [32], widths=[8, 16, 32], n_evals=23, steps=8000,
+                               tau_gen=lambda n, w: 1600.0 * 8 / w, tau_mem=lambda n, w: 1800.0 * (8 / w) ** 0.3)
+    return root, analyze(root)
+
+
+@pytest.mark.parametrize("which", ["experiment", "n_sweep", "width_sweep"])
+def test_every_figure_drawn_passes_the_mechanical_checks(which, request):
+    """No overlapping tick labels, >= 2 labelled ticks per log axis, a label on every axis with ticks, no label cut
+    off, intervals drawn where the data has them; the Figure kept in FigureResult is the one written."""
+    root, summary = request.getfixturevalue(which)
+    drawn = [r for r in summary.figures if r.skipped is None]
+    assert drawn
+    problems = []
+    for result in drawn:
+        assert result.figure is not None and result.files
+        problems += figure_problems(result.figure, name=result.name,
+                                    expect_intervals=result.name.startswith(WITH_INTERVALS))
+    assert problems == []
+
+
+def test_figures_a_single_n_or_width_cannot_support_are_skipped_in_one_line(n_sweep, width_sweep):
+    _, by_n = n_sweep
+    _, by_width = width_sweep
+    skipped_n = {r.name: r.skipped for r in by_n.figures if r.skipped}
+    skipped_w = {r.name: r.skipped for r in by_width.figures if r.skipped}
+    assert set(skipped_n) == {"width"} and "one width" in skipped_n["width"]
+    assert {"scaling", "collapse"} <= set(skipped_w)
+    assert all("one N" in skipped_w[k] for k in ("scaling", "collapse"))
+    for reason in list(skipped_n.values()) + list(skipped_w.values()):
+        assert "\n" not in reason
+    assert "skipped scaling: " in by_width.format()
+
+
+def _axes():
+    fig = Figure(figsize=(3.4, 2.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
+
+
+def test_the_checks_find_what_they_look_for():
+    """Each check fires on a figure made to fail it and stays quiet on a clean one."""
+    fig, ax = _axes()
+    ax.plot([1, 2], [1, 2])
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    assert figure_problems(fig) == []
+    assert figure_problems(fig, expect_intervals=True) == ["figure: its data has intervals but none is drawn"]
+    band = ax.fill_between([1, 2], [0.5, 1.5], [1.5, 2.5])
+    band.set_gid(INTERVAL_GID)
+    assert figure_problems(fig, expect_intervals=True) == []
+
+    ax.set_xticks([1.0, 1.02], ["a long label", "another long label"])
+    assert any("overlap" in p for p in figure_problems(fig))
+
+    fig, ax = _axes()
+    ax.plot([20, 80], [1, 2])
+    ax.set_xscale("log")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_xlim(15, 95)
+    ax.set_xticks([50], ["50"])
+    ax.xaxis.set_minor_formatter("")
+    assert any("1 labelled tick" in p for p in figure_problems(fig))
+
+    fig, ax = _axes()
+    ax.plot([1, 2], [1, 2])
+    ax.set_ylabel("y")
+    assert any("x axis shows ticks" in p and "no label" in p for p in figure_problems(fig))
+    ax.set_xlabel("x")
+    ax.set_ylabel("a y label far too long for a figure 2.6 inches high, so that both of its ends are cut off")
+    assert any("cut off" in p for p in figure_problems(fig))
