@@ -119,9 +119,14 @@ class LeastSquares:
         return float(self.coef[j] - half), float(self.coef[j] + half)
 
 
+def design_matrix(cells: Sequence[Cell]) -> np.ndarray:
+    """The least-squares design of ``cells``: rows ``[1, log10 x1, log10 x2, ...]``, shape (cells, 1 + variables)."""
+    return np.column_stack([np.ones(len(cells)), np.log10([c.x for c in cells])])
+
+
 def cell_least_squares(cells: Sequence[Cell], ci: float) -> LeastSquares | None:
     """The fit of :class:`LeastSquares`, or None when the design is singular (e.g. one distinct x)."""
-    design = np.column_stack([np.ones(len(cells)), np.log10([c.x for c in cells])])
+    design = design_matrix(cells)
     y = np.array([c.mean for c in cells])
     if np.linalg.matrix_rank(design) < design.shape[1]:
         return None
@@ -240,7 +245,7 @@ def lack_of_fit(cells: Sequence[Cell], ls: LeastSquares, ly: np.ndarray, varianc
     df1, df2 = ls.df, n_runs - n_cells
     if df1 <= 0 or df2 <= 0:
         return None
-    design = np.column_stack([np.ones(n_cells), np.log10([c.x for c in cells])])
+    design = design_matrix(cells)
     resid = np.array([c.mean for c in cells]) - design @ ls.coef
     means = np.array([c.mean for c in cells])
     s_pe2 = float(((ly - means[cell_of]) ** 2).sum()) / df2
@@ -291,7 +296,7 @@ def leave_one_out(cells: Sequence[Cell], ci: float, names: Sequence[str],
 
 def _unscaled_cov(cells: Sequence[Cell]) -> np.ndarray:
     """(X'X)^-1 of the cells' design [1, log10 x...]."""
-    design = np.column_stack([np.ones(len(cells)), np.log10([c.x for c in cells])])
+    design = design_matrix(cells)
     return np.linalg.inv(design.T @ design)
 
 
