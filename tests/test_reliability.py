@@ -379,7 +379,8 @@ KILL_MOMENTS = ("now", "checkpoint", "state", "append")
 def _kill_at(proc: subprocess.Popen, run: RunDir, moment: str, delay_s: float, limit_s: float) -> str | None:
     """Wait until ``proc`` holds the run's lock, then ``delay_s`` more, then SIGKILL it at ``moment``: "now",
     "checkpoint" / "state" (as soon as the temp file of a checkpoint / state.pt write appears, i.e. mid-write) or
-    "append" (right after metrics.jsonl grew). Returns what the kill hit, or None when the process ended first."""
+    "append" (right after metrics.jsonl grew; a checkpoint or state write missed by the polling ends its wait there
+    too). Returns what the kill hit, or None when the process ended first."""
     deadline = time.time() + 120
     while _lock_pid(run) != proc.pid:
         if proc.poll() is not None or time.time() > deadline:
@@ -394,8 +395,10 @@ def _kill_at(proc: subprocess.Popen, run: RunDir, moment: str, delay_s: float, l
                 written := [n for n in new if n.startswith(".state.pt.") == (moment == "state")]):
             hit = f"while writing {written[0].split('.')[1]}"
             break
-        if moment == "append" and _size(run.metrics_path) > old_size:
-            hit = "right after a metrics append"
+        if _size(run.metrics_path) > old_size:
+            # For "checkpoint" / "state": the write was too quick to see (a loaded machine polls late), so kill now
+            # rather than let the wait run on: it keeps at most one more evaluation, which the delays count on.
+            hit = "right after a metrics append" if moment == "append" else f"after a {moment} write too quick to see"
             break
         time.sleep(0.001)
     if proc.poll() is not None:
