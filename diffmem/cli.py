@@ -262,12 +262,14 @@ def cmd_advise(args) -> int:
 
 def cmd_demo(args) -> int:
     from diffmem.demo import run_demo
+    from diffmem.rundir import require_folder
 
     if args.config is None:
         args.config = demo_config_path()
         if not args.config.is_file():
             raise FileNotFoundError(f"{args.config} not found (diffmem was not installed from a checkout); "
                                     "pass --config experiments/demo.toml")
+    require_folder(args.out)
     cfg, sweep = _load(args)
     return run_demo(cfg, sweep, args.out, quick=args.quick, jobs=args.jobs, progress=not args.no_progress)
 
@@ -290,10 +292,12 @@ def _key_values(items: list[str], flag: str) -> tuple[tuple[str, str], ...]:
 
 
 def cmd_sweep(args) -> int:
+    from diffmem.rundir import require_folder
     from diffmem.sweep import ClusterOptions, run_sweep
 
     cfg, sweep = _load(args)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    require_folder(out)
     options = ClusterOptions(
         cluster=args.cluster, max_parallel=args.max_parallel,
         gpus=_int_list(args.gpus, "--gpus") if args.gpus else None, time_hours=args.time_hours,
@@ -341,9 +345,11 @@ QUICK_THEORY = ("theory.d=40", "theory.psi_p=16", "theory.psi_n=[2,4]", "theory.
 
 def cmd_theory(args) -> int:
     from diffmem.config import load_theory_config
+    from diffmem.rundir import require_folder
     from diffmem.theory.sweep import run_theory_sweep
 
     overrides = (list(QUICK_THEORY) if args.quick else []) + list(args.set)
+    require_folder(args.out)
     cfg = load_theory_config(args.config, overrides)
     if args.compare is not None and not (Path(args.compare) / "summary.csv").is_file():
         raise FileNotFoundError(f"{args.compare}/summary.csv not found; run `diffmem analyze {args.compare}` first")
@@ -355,8 +361,9 @@ def cmd_theory(args) -> int:
 def cmd_coverage(args) -> int:
     from diffmem.analysis.coverage import format_table, run_setting, settings
 
-    if not args.grid_ratio > 1:
-        raise ValueError(f"--grid-ratio {args.grid_ratio} must be > 1 (e.g. 1.2: evaluations 1.2x apart)")
+    if not 1 < args.grid_ratio < float("inf"):  # NaN fails this too
+        raise ValueError(f"--grid-ratio {args.grid_ratio} must be a finite number > 1 (e.g. 1.2: evaluations 1.2x "
+                         "apart)")
     results = []
     for s in settings(grid_ratio=args.grid_ratio):
         results.append(run_setting(s, args.n_sim, args.seed, bootstrap=not args.no_bootstrap))
@@ -386,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"diffmem {args.verb}: error: {message}", file=sys.stderr)
+        return 2
+    except MemoryError:  # sizes beyond this machine (a huge width, sample count or image size)
+        if args.debug:
+            raise
+        print(f"diffmem {args.verb}: error: out of memory; lower the sizes of the config (model.width, "
+              "data.image_size, eval.n_samples, eval.batch_size)", file=sys.stderr)
         return 2
     finally:
         if args.debug:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import tomllib
 import types
 import typing
@@ -174,17 +176,70 @@ EVAL_GRIDS = ("paper",)  # named evaluation grids of eval.times (diffmem.train.e
 SAMPLER_SCHEDULES = ("official", "diffusers")  # eval.sampler_schedule (diffmem.diffusion)
 MODEL_CHOICES = {"dropout_type": ("channel", "element"), "time_embedding": ("official", "diffusers"),
                  "time_act": ("gelu", "silu")}
+TRAIN_PRECISIONS = ("fp32", "bf16")  # train.precision (diffmem/acceleration.py)
+DATA_SOURCES = ("celeba", "folder", "lfw_faces", "digits")  # data.source (diffmem.data.sources)
+OPTIMIZERS = ("sgd", "adam")  # train.optimizer
+SAMPLERS = ("ddim", "ddpm")  # eval.sampler
+# diffusion.beta_schedule: diffusers' DDPMScheduler names (training, DDPM sampling and the official DDIM sequence);
+# diffusers' DDIMScheduler (eval.sampler_schedule = "diffusers") knows only the first three
+BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2", "sigmoid", "laplace")
+DDIM_BETA_SCHEDULES = BETA_SCHEDULES[:3]
+# eval.fid_extractor: the one list of names; diffmem.metrics.fid resolves each of them (config imports no torch module,
+# so the list lives here and fid.py reads it)
+FID_EXTRACTORS = ("auto", "inception", "inception-v3-compat", "diffmem-randconv-v1", "diffmem-pixels")
+MAX_STEPS = 10 ** 12  # the largest train.steps (optimizer steps): step arithmetic stays exact in int64 and float64
+MAX_EVALUATIONS = 10_000  # the most evaluation steps of eval.times (the paper's grid has 45)
+MAX_TIMESTEPS = 100_000  # the largest diffusion.num_train_timesteps (DDPM steps; the paper: 1000)
+SEED_LIMIT = 2 ** 63  # seeds are integers in [0, SEED_LIMIT): what torch and numpy generators both accept
+
+
+def _fail(key: str, value: Any, text: str) -> None:
+    """Raise the one-line ConfigError ``"section.key = value <text>"``."""
+    raise ConfigError(f"{key} = {_show(value)} {text}")
+
+
+def _check_seeds(key: str, value: int | list[int]) -> None:
+    """Seeds are integers in [0, SEED_LIMIT) (numpy refuses negative seeds, torch those >= 2**64)."""
+    if any(not 0 <= s < SEED_LIMIT for s in (value if isinstance(value, list) else [value])):
+        _fail(key, value, "must be a seed in [0, 2**63), e.g. 0")
+
+
+def _show(value: Any) -> str:
+    """A config value as a user writes it in TOML: strings quoted, tuples as lists, nan / inf bare."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, tuple):
+        value = list(value)
+    return repr(value).replace("None", "null")
+
+
+def _floats(value: Any) -> list[float]:
+    """Every float in a config value (a number, or a list / tuple of them, nested)."""
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _floats(v)]
+    return [value] if isinstance(value, float) else []
+
+
+def check_finite(section: str, obj: Any) -> None:
+    """Reject NaN and infinity in every float field of one config section (NaN passes every ``<=`` comparison, so no
+    range check would catch it); the message names ``section.key`` and the key's default."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if not all(math.isfinite(v) for v in _floats(value)):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            raise ConfigError(f"{section}.{f.name} = {_show(value)} is not a finite number (NaN and infinity are "
+                              f"refused); give a finite value, e.g. the default {_show(default)}")
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{key} = '{value}' is unknown{_closest(value, list(choices))}; choose "
                           + " or ".join(choices))
-TRAIN_PRECISIONS = ("fp32", "bf16")  # train.precision (diffmem/acceleration.py)
 
 
 def validate_theory(cfg: TheoryConfig) -> None:
     """Reject theory settings that cannot work, with one line that says what to change."""
+    check_finite("theory", cfg)
     if cfg.d < 2:
         raise ConfigError(f"theory.d = {cfg.d} must be >= 2")
     if cfg.psi_p <= 0 or round(cfg.psi_p * cfg.d) < 1:
@@ -195,6 +250,7 @@ def validate_theory(cfg: TheoryConfig) -> None:
         raise ConfigError("theory.psi_n and theory.seeds must not repeat a value; remove the duplicates")
     if not cfg.seeds:
         raise ConfigError("theory.seeds is empty; give at least one seed, e.g. [0]")
+    _check_seeds("theory.seeds", cfg.seeds)
     for name in ("t", "spectrum_t"):
         if not 0 < getattr(cfg, name) <= 10:
             raise ConfigError(f"theory.{name} = {getattr(cfg, name)} must be a diffusion time in (0, 10]")
@@ -308,7 +364,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond float's range
+                raise ConfigError(f"{where} = {str(value)[:12]}... is too large for a number; give a finite value, "
+                                  "e.g. 0.01") from None
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -445,11 +505,13 @@ def config_from_dict(d: dict[str, Any]) -> RunConfig:
 # --- validation -----------------------------------------------------------------------------------------------------
 
 def validate_sweep(sweep: SweepConfig) -> None:
-    """Reject grids that cannot work."""
+    """Reject grids that cannot work (every key of ``[sweep]``; each run's config is validated when it is built)."""
+    check_finite("sweep", sweep)
     if any(n < 2 for n in sweep.n):
         raise ConfigError(f"sweep.n = {sweep.n}: every train-set size must be >= 2")
     if any(w < 1 for w in sweep.width):
         raise ConfigError(f"sweep.width = {sweep.width}: every width must be >= 1")
+    _check_seeds("sweep.seeds", sweep.seeds)
     for key, values in (("n", sweep.n), ("width", sweep.width), ("seeds", sweep.seeds)):
         repeated = sorted({v for v in values if values.count(v) > 1})
         if repeated:
@@ -468,14 +530,27 @@ def validate_sweep(sweep: SweepConfig) -> None:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Reject values that cannot work, with a one-line message that says what to do."""
-    d, m, t, e = cfg.data, cfg.model, cfg.train, cfg.eval
-    if d.source not in ("celeba", "folder", "lfw_faces", "digits"):
-        raise ConfigError(f"data.source = '{d.source}' is unknown{_closest(d.source, ['celeba', 'folder', 'lfw_faces', 'digits'])}; "
-                          "choose celeba, folder, lfw_faces or digits")
+    """Reject values that cannot work, with a one-line message that says what to do: every key of every section
+    against its meaning (finite numbers, ranges, choices, non-empty lists, orderings such as beta_start < beta_end < 1
+    and t_min < T, evaluation steps within the budget and of sane size). ``diffmem train``, ``sweep``, ``evaluate``
+    and ``analyze`` all read configs through it (a run folder's config.json too: diffmem.rundir.read_config)."""
+    for name in SECTIONS:
+        check_finite(name, getattr(cfg, name))
+    _validate_data(cfg.data, cfg.model)
+    _validate_model(cfg.model)
+    _validate_diffusion(cfg.diffusion)
+    _validate_train(cfg.train)
+    _validate_eval(cfg.eval, cfg)
+
+
+def _validate_data(d: DataConfig, m: ModelConfig) -> None:
+    _check_choice("data.source", d.source, DATA_SOURCES)
     if d.source in ("celeba", "folder") and not d.path:
         raise ConfigError(f"data.source = '{d.source}' needs data.path (a local CelebA copy, an image folder or a "
                           "tensor from `diffmem prepare`); or use --set data.source=lfw_faces for the embedded faces")
+    for key, value in (("data.path", d.path), ("data.cache_dir", d.cache_dir)):
+        if value is not None and not value.strip():
+            _fail(key, value, "is an empty path; give a path, or leave the key out")
     if d.n < 2:
         raise ConfigError(f"data.n = {d.n}: the train set needs at least 2 images (the memorization test compares "
                           "nearest and second-nearest)")
@@ -485,12 +560,22 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"data.n_heldout = {d.n_heldout} must be >= 1 (held-out images for test loss and FID), or 0 "
                           "to let the source choose (half its images, at most 50000)")
     levels = len(m.channel_mult)
-    factor = 2 ** (levels - 1)
+    factor = 2 ** max(levels - 1, 0)
     if d.image_size < factor or d.image_size % factor:
         raise ConfigError(f"data.image_size = {d.image_size} must be a multiple of {factor} (the U-Net halves it "
                           f"{levels - 1} times)")
+
+
+def _validate_model(m: ModelConfig) -> None:
     if m.width < 1:
         raise ConfigError(f"model.width = {m.width} must be >= 1")
+    if not m.channel_mult or any(c < 1 for c in m.channel_mult):
+        _fail("model.channel_mult", m.channel_mult, "must list one multiplier >= 1 per level of the U-Net, e.g. "
+              "[1, 2, 4]")
+    if m.layers_per_block < 1:
+        _fail("model.layers_per_block", m.layers_per_block, "must be >= 1 (ResNet blocks per level; the paper: 2)")
+    if m.attention_heads < 1:
+        _fail("model.attention_heads", m.attention_heads, "must be >= 1 (heads per attention layer; the paper: 4)")
     if m.norm_groups < 1 or m.width % m.norm_groups:
         raise ConfigError(f"model.width = {m.width} is not a multiple of model.norm_groups = {m.norm_groups}; "
                           "pick a width like 8, 16, 32 or set model.norm_groups to a divisor of the width")
@@ -500,59 +585,88 @@ def validate(cfg: RunConfig) -> None:
                                     and any((m.width * c) % m.attention_head_dim for c in m.channel_mult[1:])):
         raise ConfigError(f"model.attention_head_dim = {m.attention_head_dim} must be 0 (attention_heads heads "
                           "everywhere) or divide the channels of every attention level")
-    for key, value in (("dropout_type", m.dropout_type), ("time_embedding", m.time_embedding),
-                       ("time_act", m.time_act)):
-        _check_choice(f"model.{key}", value, MODEL_CHOICES[key])
-    if not 0 <= cfg.diffusion.t_min < cfg.diffusion.num_train_timesteps:
-        raise ConfigError(f"diffusion.t_min = {cfg.diffusion.t_min} must be in [0, num_train_timesteps = "
-                          f"{cfg.diffusion.num_train_timesteps}) (official: 1)")
-    _check_choice("eval.sampler_schedule", e.sampler_schedule, SAMPLER_SCHEDULES)
-    if e.sampler == "ddim" and e.sampler_schedule == "official" and e.sampler_steps < 2:
-        raise ConfigError(f"eval.sampler_steps = {e.sampler_steps}: the official DDIM sequence needs >= 2 points "
-                          "(steps - 1 updates)")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError(f"model.dropout = {m.dropout} must be in [0, 1)")
-    if t.optimizer not in ("sgd", "adam"):
-        raise ConfigError(f"train.optimizer = '{t.optimizer}' is unknown{_closest(t.optimizer, ['sgd', 'adam'])}; "
-                          "choose sgd or adam")
+    for key, choices in MODEL_CHOICES.items():
+        _check_choice(f"model.{key}", getattr(m, key), choices)
+
+
+def _validate_diffusion(f: DiffusionConfig) -> None:
+    if not 2 <= f.num_train_timesteps <= MAX_TIMESTEPS:
+        _fail("diffusion.num_train_timesteps", f.num_train_timesteps,
+              f"must be in [2, {MAX_TIMESTEPS}] (DDPM steps T; the paper: 1000)")
+    if not 0.0 < f.beta_start < f.beta_end < 1.0:
+        raise ConfigError(f"diffusion.beta_start = {f.beta_start}, beta_end = {f.beta_end}: need 0 < beta_start < "
+                          "beta_end < 1 (variances of the noise steps; the paper: 1e-4 and 0.02)")
+    _check_choice("diffusion.beta_schedule", f.beta_schedule, BETA_SCHEDULES)
+    if not 0 <= f.t_min < f.num_train_timesteps:
+        raise ConfigError(f"diffusion.t_min = {f.t_min} must be in [0, num_train_timesteps = "
+                          f"{f.num_train_timesteps}) (official: 1)")
+
+
+def _validate_train(t: TrainConfig) -> None:
+    _check_choice("train.optimizer", t.optimizer, OPTIMIZERS)
     if t.lr <= 0:
         raise ConfigError(f"train.lr = {t.lr} must be > 0")
     if not 0.0 <= t.momentum < 1.0:
         raise ConfigError(f"train.momentum = {t.momentum} must be in [0, 1)")
     if t.steps <= 0:
         raise ConfigError(f"train.steps = {t.steps} must be > 0")
+    if t.steps > MAX_STEPS:
+        _fail("train.steps", t.steps, f"is more than {MAX_STEPS:.0e} optimizer steps; give a budget in steps")
     if t.batch_size < 1:
         raise ConfigError(f"train.batch_size = {t.batch_size} must be >= 1")
-    if t.device not in ("auto", "cpu", "cuda") and not t.device.startswith("cuda:"):
-        raise ConfigError(f"train.device = '{t.device}' is unknown; choose auto, cpu or cuda")
+    _check_seeds("train.seed", t.seed)
+    if t.device not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", t.device):
+        raise ConfigError(f"train.device = '{t.device}' is unknown; choose auto, cpu, cuda or cuda:K (K a GPU index)")
+    if t.num_threads < 0:
+        raise ConfigError(f"train.num_threads = {t.num_threads} must be >= 0 (0 keeps torch's default)")
+    _check_choice("train.precision", t.precision, TRAIN_PRECISIONS)
+
+
+def _validate_eval(e: EvalConfig, cfg: RunConfig) -> None:
+    steps = cfg.train.steps
     if isinstance(e.times, str):
         if e.times not in EVAL_GRIDS:
             raise ConfigError(f"eval.times = '{e.times}' is unknown{_closest(e.times, list(EVAL_GRIDS))}; give "
                               "\"paper\", a count of log-spaced steps like 40, or a list of steps")
     elif isinstance(e.times, int):
-        if e.times < 1:
-            raise ConfigError(f"eval.times = {e.times} must be >= 1 (a count of log-spaced steps) or a list of steps")
+        if not 1 <= e.times <= MAX_EVALUATIONS:
+            raise ConfigError(f"eval.times = {e.times} must be a count of log-spaced evaluation steps in [1, "
+                              f"{MAX_EVALUATIONS}] (e.g. 40), or a list of steps")
     else:
-        bad = [s for s in e.times if not 1 <= s <= t.steps]
+        bad = [s for s in e.times if not 1 <= s <= steps]
         if not e.times or bad:
-            raise ConfigError(f"eval.times lists steps {bad or '[]'} outside [1, train.steps = {t.steps}]")
-    if t.precision not in TRAIN_PRECISIONS:
-        raise ConfigError(f"train.precision = '{t.precision}' is unknown{_closest(t.precision, list(TRAIN_PRECISIONS))}; "
-                          "choose " + " or ".join(TRAIN_PRECISIONS))
-    if t.num_threads < 0:
-        raise ConfigError(f"train.num_threads = {t.num_threads} must be >= 0 (0 keeps torch's default)")
-    for key, value, low in (("n_samples", e.n_samples, 2), ("sampler_steps", e.sampler_steps, 1),
-                            ("batch_size", e.batch_size, 1), ("n_boot", e.n_boot, 1),
-                            ("loss_noise_draws", e.loss_noise_draws, 1), ("loss_n_test", e.loss_n_test, 1),
-                            ("fid_n_reference", e.fid_n_reference, 2), ("fid_reference_sets", e.fid_reference_sets, 1),
-                            ("fid_boot", e.fid_boot, 0)):
-        if value < low:
-            raise ConfigError(f"eval.{key} = {value} must be >= {low}")
-    if e.sampler not in ("ddim", "ddpm"):
-        raise ConfigError(f"eval.sampler = '{e.sampler}' is unknown; choose ddim or ddpm")
-    if e.fid and d.n_heldout and d.n_heldout // e.fid_reference_sets < 2:  # 0: checked once the source is read
+            raise ConfigError(f"eval.times lists steps {bad or '[]'} outside [1, train.steps = {steps}]")
+        if len(e.times) > MAX_EVALUATIONS:
+            raise ConfigError(f"eval.times lists {len(e.times)} steps; give at most {MAX_EVALUATIONS}")
+    _check_choice("eval.sampler", e.sampler, SAMPLERS)
+    _check_choice("eval.sampler_schedule", e.sampler_schedule, SAMPLER_SCHEDULES)
+    if e.sampler == "ddim" and e.sampler_schedule == "diffusers" \
+            and cfg.diffusion.beta_schedule not in DDIM_BETA_SCHEDULES:
+        raise ConfigError(f"diffusion.beta_schedule = '{cfg.diffusion.beta_schedule}' is unknown to diffusers' DDIM "
+                          f"sampler (eval.sampler_schedule = 'diffusers'); choose {' or '.join(DDIM_BETA_SCHEDULES)}, "
+                          "or eval.sampler_schedule = 'official'")
+    if e.sampler == "ddim" and e.sampler_schedule == "official" and e.sampler_steps < 2:
+        raise ConfigError(f"eval.sampler_steps = {e.sampler_steps}: the official DDIM sequence needs >= 2 points "
+                          "(steps - 1 updates)")
+    if e.sampler_steps > cfg.diffusion.num_train_timesteps:
+        _fail("eval.sampler_steps", e.sampler_steps, f"is more than the {cfg.diffusion.num_train_timesteps} DDPM "
+              "steps of diffusion.num_train_timesteps; lower it (the paper: 100)")
+    for key, low in (("n_samples", 2), ("sampler_steps", 1), ("batch_size", 1), ("n_boot", 1),
+                     ("loss_noise_draws", 1), ("loss_n_test", 1), ("fid_n_reference", 2), ("fid_reference_sets", 1),
+                     ("fid_boot", 0)):
+        if getattr(e, key) < low:
+            raise ConfigError(f"eval.{key} = {getattr(e, key)} must be >= {low}")
+    _check_seeds("eval.seed", e.seed)
+    _check_choice("eval.fid_extractor", e.fid_extractor, FID_EXTRACTORS)
+    if e.fid_weights is not None and not e.fid_weights.strip():
+        _fail("eval.fid_weights", e.fid_weights, "is an empty path; give the Inception weights file, or leave the "
+              "key out")
+    n_heldout = cfg.data.n_heldout
+    if e.fid and n_heldout and n_heldout // e.fid_reference_sets < 2:  # 0: checked once the source is read
         raise ConfigError(f"eval.fid_reference_sets = {e.fid_reference_sets} disjoint FID reference sets need at "
-                          f"least 2 images each, but data.n_heldout = {d.n_heldout}; lower fid_reference_sets")
+                          f"least 2 images each, but data.n_heldout = {n_heldout}; lower fid_reference_sets")
     for key in ("checkpoint_ratio", "refine_ratio"):
         if getattr(e, key) != 0 and getattr(e, key) <= 1:
             raise ConfigError(f"eval.{key} = {getattr(e, key)} must be 0 (off) or a factor > 1, e.g. 1.25")

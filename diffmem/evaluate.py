@@ -7,7 +7,6 @@ images (``diffmem.metrics.fid``), and the train/test denoising loss at a fixed d
 """
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.utils import make_grid, save_image
 
-from diffmem.config import ConfigError, RunConfig, config_from_dict
+from diffmem.config import ConfigError, RunConfig
 from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to_model, to_pixels, to_uint8
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
@@ -40,15 +39,30 @@ class CheckpointDamaged(RuntimeError):
 
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """The model weights (state dict) of one ``checkpoints/step_XXXXXXXXX.pt``; CheckpointDamaged when it is
-    truncated or corrupt."""
+    missing, truncated or corrupt (the message names the file; :func:`damaged_checkpoint_advice` says what to do)."""
     try:
         state = torch.load(path, map_location=device, weights_only=True)
         weights = state["model"]
+    except FileNotFoundError:
+        raise CheckpointDamaged(f"checkpoint {path} is missing") from None
     except Exception as e:  # torch raises several types for a damaged zip
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
-        raise CheckpointDamaged(f"checkpoint {path} is damaged ({type(e).__name__}: {detail}); delete it and rerun "
-                                "`diffmem train` with the same command to write it again") from None
+        detail = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else "unreadable"
+        raise CheckpointDamaged(f"checkpoint {path} is damaged ({type(e).__name__}: {detail})") from None
     return weights
+
+
+def damaged_checkpoint_advice(run: RunDir, cfg: RunConfig, step: int) -> str:
+    """What to do about the missing or damaged checkpoint of ``step``: an evaluation step is written again by
+    rerunning ``diffmem train`` (:func:`diffmem.train.rewrite_checkpoints`); a kept checkpoint between evaluations
+    (``eval.checkpoint_ratio``) only sharpens a bracket and is set aside by hand."""
+    stored = run.read_config()
+    if stored is not None and step in stored.scheduled_steps():
+        then = "and evaluates it" if cfg.eval.inline else f"then run `diffmem evaluate {run.path}`"
+        return (f"rerun `diffmem train` with the command that trained this run: it trains the weights of step {step} "
+                f"again from the run's seed (a damaged file is set aside as {run.step_name(step)}.damaged.pt), writes "
+                f"the checkpoint again {then}")
+    return (f"it is a kept checkpoint between evaluations: move it aside (e.g. to {run.step_name(step)}.damaged.pt) "
+            "and rerun; the refinement then uses the kept checkpoints around it")
 
 
 def reference_set_size(cfg: RunConfig, splits: Splits) -> int:
@@ -209,7 +223,11 @@ class Evaluator:
         fork_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):  # building the model draws initial weights
             model = build_from_config(self.cfg.model, self.cfg.data.image_size).to(self.device)
-            model.load_state_dict(load_checkpoint(self.run.checkpoint_path(step), self.device))
+            try:
+                weights = load_checkpoint(self.run.checkpoint_path(step), self.device)
+            except CheckpointDamaged as e:
+                raise CheckpointDamaged(f"{e}; {damaged_checkpoint_advice(self.run, self.cfg, step)}") from None
+            model.load_state_dict(weights)
             return self.evaluate(model, step, n_samples=n_samples)
 
     def _save_grid(self, samples: torch.Tensor, idx1: torch.Tensor, memorized: torch.Tensor, step: int) -> None:
@@ -243,12 +261,21 @@ class Evaluator:
 
 
 def _open_run(run_dir: str | Path) -> tuple[RunDir, RunConfig]:
-    """A run folder and the config stored in it; FileNotFoundError when it is not a run folder."""
+    """A run folder and the config stored in it (:func:`diffmem.rundir.read_config`); FileNotFoundError when it is
+    not a run folder, ConfigFileError when its config.json cannot be read."""
     run = RunDir(run_dir)
-    if not run.config_path.exists():
+    stored = run.read_config()
+    if stored is None:
         raise FileNotFoundError(f"{run.path} is not a run folder (no config.json); pass the folder `diffmem train` "
                                 "wrote")
-    return run, config_from_dict(json.loads(run.config_path.read_text())["config"])
+    return run, stored.config
+
+
+def lost_evaluations(run: RunDir) -> list[int]:
+    """Evaluation steps up to where ``run`` is known to have trained (:meth:`RunDir.trained_step`) that have neither
+    a metrics line nor a checkpoint: their evaluation is lost until ``diffmem train`` writes the checkpoint again."""
+    pending = run.unevaluated(run.read_config().scheduled_steps(), run.trained_step())
+    return [s for s in pending if not run.checkpoint_path(s).exists()]
 
 
 @contextmanager
@@ -285,6 +312,10 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
     run's config.json is not changed, and every metrics line records its own ``n_samples``.
     """
     run, cfg = _open_run(run_dir)
+    lost = lost_evaluations(run)
+    if lost:
+        raise CheckpointDamaged(f"{run.path}: evaluation step(s) {', '.join(map(str, lost))} have neither a metrics "
+                                f"line nor a checkpoint; {damaged_checkpoint_advice(run, cfg, lost[0])}")
     if fid_weights:
         cfg = cfg.replace(eval={"fid_weights": fid_weights})
     if refine_n_samples is not None:

@@ -171,10 +171,11 @@ class RunStatus:
     error: str | None  # the last error line when failed
     unevaluated: int = 0  # checkpoints of evaluation steps without a metrics line
     extension: bool = False  # the planned budget exceeds the one the folder was trained with (train to extend)
+    lost: bool = False  # finished, but an evaluation step lost its metrics line and checkpoint (train writes it again)
 
     @property
     def needs_training(self) -> bool:
-        return not RunDir(self.path).is_done() or self.extension
+        return not RunDir(self.path).is_done() or self.extension or self.lost
 
     @property
     def needs_evaluation(self) -> bool:
@@ -454,10 +455,10 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
     """The state of one run folder (which need not exist yet: then it is "new")."""
     run = RunDir(run_dir)
     experiment_dir = run.path.parent
-    meta = _read_json(run.config_path) if run.config_path.exists() else None
+    stored = run.read_config()  # a damaged config.json is a one-line ConfigFileError naming it
     subs = read_submissions(run.path) if run.path.is_dir() else []
     sub = subs[-1] if subs else None
-    stored_total = meta["config"]["train"]["steps"] if meta else None
+    stored_total = stored.config.train.steps if stored else None
     if stored_total is not None:  # a larger planned budget (a sweep with more steps) is an extension to train
         total = max(total, stored_total) if total is not None else stored_total
     elif total is None and sub:
@@ -468,10 +469,14 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
     # checkpoints with a metrics line; a folder whose checkpoints were removed (e.g. results/) counts its lines
     evaluated = len(metric_steps & set(checkpoints)) if checkpoints else len(metric_steps)
     # checkpoints of evaluation steps without a metrics line (kept checkpoints between evaluations do not count)
-    planned = set(evaluation_steps(meta["config"]["eval"]["times"], stored_total)) if meta else set(checkpoints)
+    planned = set(evaluation_steps(stored.config.eval.times, stored_total)) if stored else set(checkpoints)
     unevaluated = (planned & set(checkpoints)) - metric_steps
     extension = stored_total is not None and total is not None and total > stored_total
-    done = run.is_done() and not extension
+    # a finished run whose evaluation step lost both its metrics line and its checkpoint: `diffmem train` writes
+    # the checkpoint again, so the run is not done
+    lost = bool(stored and run.is_done() and set(run.unevaluated(stored.scheduled_steps(), run.trained_step()))
+                - set(checkpoints))
+    done = run.is_done() and not extension and not lost
     step = total if done and total is not None else (checkpoints[-1] if checkpoints else 0)
     activity, error = _job_activity(sub, read_job(run.path) if run.path.is_dir() else None, experiment_dir)
     if done and not unevaluated:
@@ -494,7 +499,7 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
         fid_label=metric_label(extractor) if extractor else None,
         job_id=sub["job_id"] if sub else None, cluster=sub["cluster"] if sub else None,
         log=sub.get("stdout") if sub else None, error_log=sub.get("stderr") if sub else None, error=error,
-        unevaluated=len(unevaluated), extension=extension)
+        unevaluated=len(unevaluated), extension=extension, lost=lost)
 
 
 def experiment_status(experiment_dir: str | Path) -> list[RunStatus]:

@@ -44,7 +44,7 @@ real Slurm cluster are listed in docs/cluster.md.
 """
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 import shlex
@@ -223,8 +223,10 @@ class ClusterOptions:
             raise SweepError(f"--cluster {self.cluster} is unknown; choose one of {', '.join(CLUSTERS)}")
         if self.max_parallel is not None and self.max_parallel < 1:
             raise SweepError(f"--max-parallel {self.max_parallel} must be >= 1")
-        if self.time_hours is not None and self.time_hours <= 0:
-            raise SweepError(f"--time {self.time_hours} must be > 0 hours")
+        if self.time_hours is not None and not (math.isfinite(self.time_hours) and self.time_hours > 0):
+            raise SweepError(f"--time {self.time_hours} must be a finite number > 0 (hours)")  # NaN fails too
+        if self.mem_gb is not None and not (math.isfinite(self.mem_gb) and self.mem_gb >= 0):
+            raise SweepError(f"--mem-gb {self.mem_gb} must be a finite number >= 0 (GB; 0: Slurm's whole node)")
         if self.time_hours is not None and self.signal_delay_s >= self.time_hours * 3600:
             raise SweepError(f"--signal-delay-s {self.signal_delay_s} must be shorter than --time "
                              f"({self.time_hours * 3600:.0f} s)")
@@ -264,8 +266,9 @@ def plan_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, 
     entries, conflicts = [], []
     for planned in expand_grid(base, sweep, experiment_dir):
         run = RunDir(planned.path)
-        if run.config_path.exists():
-            diffs = continuation_diff(json.loads(run.config_path.read_text()).get("config", {}), planned.cfg)
+        stored = run.read_config()  # a damaged config.json is a one-line ConfigFileError naming it
+        if stored is not None:
+            diffs = continuation_diff(stored.raw, planned.cfg)
             if diffs:
                 conflicts.append(f"{planned.name} ({'; '.join(diffs[:3])})")
         status = run_status(planned.path, total=planned.cfg.train.steps)

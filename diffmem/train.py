@@ -19,8 +19,10 @@ import contextlib
 import datetime
 import json
 import pickle
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import warnings
@@ -37,14 +39,14 @@ from diffmem.config import ConfigError, RunConfig, continuation_diff, legacy_key
 from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
-from diffmem.evaluate import Evaluator, reference_set_size
+from diffmem.evaluate import CheckpointDamaged, Evaluator, load_checkpoint, reference_set_size
 from diffmem.metrics.fid import resolve_extractor
 from diffmem.io import atomic_torch_save, atomic_write_json, atomic_write_text
 from diffmem.acceleration import autocast, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
 from diffmem.refine import refine_brackets, stop_reason
 from diffmem.schedule import evaluation_steps, kept_steps
-from diffmem.rundir import RunDir, RunLock
+from diffmem.rundir import RESTORE, RETRAIN_PREFIX, ConfigFileError, RunDir, RunLock, require_folder
 
 
 class RunConfigMismatch(ConfigError):
@@ -63,6 +65,7 @@ class UnsafeState(StateDamaged):
     """A training state file holds objects that only an unrestricted unpickler would build (it could run code)."""
 
 STATE_KEYS = ("step", "model", "optimizer", "batcher", "rng")
+START_AGAIN = "move the run folder aside (it keeps its checkpoints and metrics) and rerun to train again from step 0"
 LOSS_CHECK_EVERY = 100  # optimizer steps between two checks of the training loss for NaN / inf
 
 
@@ -177,16 +180,22 @@ def _stop_on_signals(flag: list[str]):
 
 def check_same_config(cfg: RunConfig, run: RunDir, dataset_sha256: str | None = None) -> bool:
     """False for a new run folder; True when its config.json holds ``cfg`` (and the same dataset, when given);
-    otherwise RunConfigMismatch listing the differing keys."""
-    if not run.config_path.exists():
+    otherwise RunConfigMismatch listing the differing keys. A config.json that cannot be read is a one-line
+    ConfigFileError (:func:`diffmem.rundir.read_config`)."""
+    stored = run.read_config()
+    if stored is None:
+        held = [p.name for p in (run.state_path, run.state_prev_path, run.metrics_path, run.done_path,
+                                 run.checkpoint_dir) if p.exists()]
+        if held:
+            raise ConfigFileError(f"{run.config_path} is missing, but {run.path} holds a run ({', '.join(held)}); "
+                                  f"{RESTORE}")
         return False
-    stored = json.loads(run.config_path.read_text())
-    old = upgrade_stored_config(stored.get("config", {}))
-    diffs = continuation_diff(stored.get("config", {}), cfg)
-    if dataset_sha256 is not None and stored.get("dataset_sha256") != dataset_sha256:
-        diffs.append(f"dataset sha256: {stored.get('dataset_sha256')} -> {dataset_sha256}")
+    old = upgrade_stored_config(stored.raw)
+    diffs = continuation_diff(stored.raw, cfg)
+    if dataset_sha256 is not None and stored.meta.get("dataset_sha256") != dataset_sha256:
+        diffs.append(f"dataset sha256: {stored.meta.get('dataset_sha256')} -> {dataset_sha256}")
     if diffs:
-        flags = [f"--set {k}={json.dumps(_get(old, k))}" for k in legacy_keys(stored.get("config", {}))
+        flags = [f"--set {k}={json.dumps(_get(old, k))}" for k in legacy_keys(stored.raw)
                  if any(d.startswith(k + ":") for d in diffs)]
         hint = ("use another --out folder or the same config" if not flags else
                 "the folder was written by an older diffmem; to continue it as it was trained add " + " ".join(flags))
@@ -201,9 +210,8 @@ def _get(config: dict[str, Any], key: str) -> Any:
 
 def stored_steps(run: RunDir) -> int | None:
     """train.steps of the config.json of ``run`` (None for a new folder)."""
-    if not run.config_path.exists():
-        return None
-    return json.loads(run.config_path.read_text())["config"]["train"]["steps"]
+    stored = run.read_config()
+    return None if stored is None else stored.config.train.steps
 
 
 def extends_budget(cfg: RunConfig, run: RunDir) -> bool:
@@ -217,17 +225,78 @@ def extend_budget(cfg: RunConfig, run: RunDir, log: Callable[[str], None]) -> No
     """Raise the budget of ``run`` to ``cfg.train.steps``: config.json gets the new config and a line in its
     ``extended`` history, and a ``done`` file goes, so that training continues from ``state.pt``. The evaluations
     already recorded stay; the new budget's evaluation steps past the trained step are added. Call it holding the
-    run's lock."""
-    meta = json.loads(run.config_path.read_text())
-    old = meta["config"]["train"]["steps"]
+    run's lock, once the run's state has been read (a run that cannot continue keeps its folder as it was)."""
+    stored = run.read_config()
+    meta, old = dict(stored.meta), stored.config.train.steps
     meta["extended"] = meta.get("extended", []) + [{
         "from_steps": old, "to_steps": cfg.train.steps, "diffmem_version": diffmem.__version__,
         "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
-    config = upgrade_stored_config(meta["config"])
+    config = upgrade_stored_config(stored.raw)
     meta["config"] = config | {"train": config["train"] | {"steps": cfg.train.steps}}
     atomic_write_json(run.config_path, meta)
     run.done_path.unlink(missing_ok=True)
     log(f"{run.path}: budget raised from {old} to {cfg.train.steps} steps; continuing")
+
+
+def checkpoints_to_rewrite(run: RunDir, steps: list[int]) -> list[int]:
+    """Those of ``steps`` (optimizer steps) whose checkpoint file is missing or cannot be read
+    (:func:`load_checkpoint`, on the CPU)."""
+    out = []
+    for step in steps:
+        try:
+            load_checkpoint(run.checkpoint_path(step))
+        except CheckpointDamaged:
+            out.append(step)
+    return out
+
+
+def has_work(cfg: RunConfig, run: RunDir) -> bool:
+    """Whether ``diffmem train`` has anything to do in ``run``: False only for a finished run (``done``) whose
+    budget does not grow and whose evaluation steps up to where it stopped all have a metrics line, or (with
+    ``eval.inline`` off, where evaluation is ``diffmem evaluate``'s) a readable checkpoint."""
+    stored = run.read_config()
+    if not run.is_done() or stored is None or extends_budget(cfg, run):
+        return True
+    pending = run.unevaluated(stored.scheduled_steps(), run.trained_step())
+    return bool(pending) and (cfg.eval.inline or bool(checkpoints_to_rewrite(run, pending)))
+
+
+def rewrite_checkpoints(cfg: RunConfig, run: RunDir, steps: list[int], model: torch.nn.Module, step: int,
+                        device: torch.device, *, progress: bool, log: Callable[[str], None]) -> bool:
+    """Write again the checkpoints of evaluation ``steps`` (at most ``step``, the step of the state just loaded into
+    ``model``) whose files are missing or damaged; a damaged file is first set aside as ``step_*.damaged.pt``.
+
+    The weights of ``step`` come from the state; earlier ones from training the run again from step 0 in a scratch
+    folder inside the run folder (``.retrain.*``, removed afterwards): with the run's seed and the same number of
+    torch threads the weights are bit-identical to the first pass (the trajectory depends neither on the budget nor
+    on evaluations). Returns False, having written nothing more, when a signal interrupted that training."""
+    for s in steps:
+        path = run.checkpoint_path(s)
+        if path.exists():
+            path.replace(path.with_name(f"{run.step_name(s)}.damaged.pt"))
+            log(f"{run.path}: {path.name} is damaged; set aside as {run.step_name(s)}.damaged.pt")
+    if step in steps:
+        atomic_torch_save(run.checkpoint_path(step), {"step": step, "model": model.state_dict()})
+    earlier = [s for s in steps if s < step]
+    if earlier:
+        log(f"{run.path}: training again from step 0 to step {earlier[-1]} to write the checkpoint(s) of step(s) "
+            f"{', '.join(map(str, earlier))} again")
+        scratch = Path(tempfile.mkdtemp(prefix=RETRAIN_PREFIX, dir=run.path))
+        replay = cfg.replace(train={"steps": earlier[-1]},
+                             eval={"times": earlier, "inline": False, "checkpoint_ratio": 0.0, "refine_ratio": 0.0,
+                                   "refine_n_samples": 0, "stop_f_mem": 0.0})
+        try:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                result = train(replay, scratch, progress=progress, log=lambda _m: None)
+            if result.status != "done":
+                return False
+            run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            for s in earlier:
+                RunDir(scratch).checkpoint_path(s).replace(run.checkpoint_path(s))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    log(f"{run.path}: wrote the checkpoint(s) of step(s) {', '.join(map(str, steps))} again")
+    return True
 
 
 def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
@@ -259,11 +328,15 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     ``stop_at_step`` stops after that many optimizer steps as a preemption would (state saved, status
     "interrupted"); it exists so that tests and benchmarks can cut a run at a chosen point. Raises RunLocked when
     another live process works on ``run_dir``, StateDamaged when its state files are unreadable, TrainingDiverged on
-    a NaN / inf loss; the lock is released on every return and every exception.
+    a NaN / inf loss; the lock is released on every return and every exception. A finished run is skipped unless
+    an evaluation step up to where it stopped lost its metrics line (then evaluated again) or its checkpoint
+    (then written again: :func:`rewrite_checkpoints`). A command that fails before training leaves the folder as it
+    found it: config.json is written, a budget raised and ``done`` deleted only once the run's state has been read.
     """
     run = RunDir(run_dir)
+    require_folder(run.path)
     check_same_config(cfg, run)
-    if run.is_done() and not extends_budget(cfg, run):
+    if not has_work(cfg, run):
         log(f"{run.path}: already done, skipping")
         return TrainResult("skipped", cfg.train.steps, run.path)
     device = resolve_device(cfg.train.device)
@@ -275,31 +348,44 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     splits = make_splits(images, cfg.data)
     if cfg.eval.inline:
         reference_set_size(cfg, splits)  # fail before anything is written
-    with RunLock(run) as lock:
-        check_same_config(cfg, run)
-        if run.is_done() and not extends_budget(cfg, run):  # another process finished it while this one loaded data
-            log(f"{run.path}: already done, skipping")
-            return TrainResult("skipped", cfg.train.steps, run.path)
-        if extends_budget(cfg, run):
-            extend_budget(cfg, run, log)
-        run.failed_path.unlink(missing_ok=True)
-        try:
-            return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
-                                 stop_at_step=stop_at_step, log=log, progress_position=progress_position)
-        except TrainingDiverged as e:  # `diffmem status` shows the run as failed, with this line
-            atomic_write_text(run.failed_path, f"{e}\n")
-            raise
+    created = [p for p in (run.path, *run.path.parents) if not p.exists()]  # folders the lock will create
+    try:
+        with RunLock(run) as lock:
+            check_same_config(cfg, run, images.sha256)
+            if not has_work(cfg, run):  # another process finished it while this one loaded data
+                log(f"{run.path}: already done, skipping")
+                return TrainResult("skipped", cfg.train.steps, run.path)
+            try:
+                return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
+                                     stop_at_step=stop_at_step, log=log, progress_position=progress_position)
+            except TrainingDiverged as e:  # `diffmem status` shows the run as failed, with this line
+                atomic_write_text(run.failed_path, f"{e}\n")
+                raise
+    except BaseException:
+        for folder in created:  # a new folder that a failure left empty goes again
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, device: torch.device, *,
                   progress: bool, stop_at_step: int | None, log: Callable[[str], None],
                   progress_position: int = 0) -> TrainResult:
     """The body of :func:`train`, run while holding the run's lock."""
-    for leftover in run.remove_temp_files():
-        log(f"{run.path}: removed {leftover.name}, left by a write that was cut short")
     diffusion = Diffusion(cfg.diffusion)
     torch.manual_seed(cfg.train.seed)
     model = build_from_config(cfg.model, cfg.data.image_size).to(device)
+    state = load_resume_state(run)  # before anything is written: a run that cannot resume stays as it was
+    if state is None and run.is_done():
+        raise StateDamaged(f"{run.path} is marked done but has neither {run.state_path.name} nor "
+                           f"{run.state_prev_path.name} to continue from; restore them from a copy, or {START_AGAIN}")
+    if extends_budget(cfg, run):
+        extend_budget(cfg, run, log)
+    for leftover in run.remove_temp_files():
+        log(f"{run.path}: removed {leftover.name}, left by a write that was cut short")
+    run.failed_path.unlink(missing_ok=True)
     prepare_run_folder(cfg, run, images.sha256, images.manifest, count_parameters(model), device)
 
     optimizer = build_optimizer(cfg, model.parameters())
@@ -310,7 +396,6 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     stepper = step_model(model, channels_last=cfg.train.channels_last, compile=cfg.train.compile)
     train_x = train_x.contiguous(memory_format=memory_format(cfg.train.channels_last))
     step, train_s_before = 0, 0.0
-    state = load_resume_state(run)
     resumed = state is not None
     if state is not None:
         model.load_state_dict(state["model"])
@@ -321,6 +406,13 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
         train_s_before = float(state.get("train_s", 0.0))
         log(f"{run.path}: resuming at step {step}")
         del state
+
+    # evaluation steps up to the state's step that lost both their metrics line and their checkpoint (or whose
+    # checkpoint is damaged): write the checkpoints again, then evaluate them (inline) as any unevaluated one
+    lost = checkpoints_to_rewrite(run, run.unevaluated(run.read_config().scheduled_steps(), step))
+    if lost and not rewrite_checkpoints(cfg, run, lost, model, step, device, progress=progress, log=log):
+        log(f"{run.path}: interrupted while writing lost checkpoints again; rerun the same command to continue")
+        return TrainResult("interrupted", step, run.path)
 
     evaluator = None
     if cfg.eval.inline:
@@ -453,11 +545,12 @@ def load_state(path: Path) -> dict[str, Any]:
         if "GLOBAL" in str(e):
             raise UnsafeState(f"{path} holds objects that diffmem does not write and will not build (loading it "
                               "could run code); it was altered or comes from elsewhere: inspect it, then move it "
-                              "away (the run resumes from state.prev.pt) or delete the run folder") from None
+                              "away (the run resumes from state.prev.pt), or move the run folder aside and rerun to "
+                              "train again from step 0") from None
         detail = next((line.strip() for line in str(e).splitlines() if "Unsupported" in line), "not a torch file")
         raise StateDamaged(f"{path} is damaged (UnpicklingError: {detail})") from None
     except Exception as e:  # torch raises several types for a damaged zip
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
+        detail = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else "unreadable"
         raise StateDamaged(f"{path} is damaged ({type(e).__name__}: {detail})") from None
     if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
         raise StateDamaged(f"{path} is not a diffmem training state (expected the keys {', '.join(STATE_KEYS)})")
@@ -494,7 +587,6 @@ def load_resume_state(run: RunDir) -> dict[str, Any] | None:
         if not run.checkpoint_steps():
             return None
         raise StateDamaged(f"{run.path} has checkpoints but neither {run.state_path.name} nor "
-                           f"{run.state_prev_path.name}; restore {run.state_path}, or delete the run folder to start "
-                           "again from step 0")
-    raise StateDamaged(f"cannot resume {run.path}: {'; '.join(problems)}; restore {run.state_path} from a backup, "
-                       "or delete the run folder to start again from step 0")
+                           f"{run.state_prev_path.name}; restore {run.state_path} from a copy, or {START_AGAIN}")
+    raise StateDamaged(f"cannot resume {run.path}: {'; '.join(problems)}; restore {run.state_path} from a copy, "
+                       f"or {START_AGAIN}")

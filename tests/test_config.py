@@ -143,3 +143,29 @@ def test_sweep_cells_add_a_width_axis_at_one_n_of_an_n_axis(tmp_path):
             validate_sweep(SweepConfig(n=[32], width=[8], cells=bad))
     _, loaded = load_config(None, ["data.source=digits", "data.image_size=8", "sweep.cells=[[64, 16]]"])
     assert loaded.cells == [[64, 16]]
+
+
+def test_the_config_json_reader_validates_and_knows_the_evaluation_grid(tmp_path):
+    """diffmem.rundir.read_config: the one reader of a run folder's config.json. The steps a run certainly
+    checkpointed are its grid; after a budget grew, an earlier grid's step counts only if every later grid has it."""
+    from diffmem.rundir import ConfigFileError, read_config
+    from diffmem.schedule import evaluation_steps
+
+    run = RunDir(tmp_path / "run")
+    assert read_config(run) is None  # a new run folder
+    cfg, _ = load_config(None, ["data.source=lfw_faces", "train.steps=60", "eval.times=6"])
+    run.path.mkdir()
+    meta = {"config": cfg.to_dict(), "diffmem_version": "0.4.0"}
+    run.config_path.write_text(json.dumps(meta))
+    stored = read_config(run)
+    assert stored.config == cfg and stored.budgets() == [60]
+    assert stored.scheduled_steps() == evaluation_steps(6, 60) == [1, 2, 5, 12, 26, 60]
+    run.config_path.write_text(json.dumps(meta | {"extended": [{"from_steps": 30, "to_steps": 60}]}))
+    assert read_config(run).budgets() == [30, 60]
+    assert evaluation_steps(6, 30) == [1, 2, 4, 8, 15, 30]
+    assert read_config(run).scheduled_steps() == [1, 2, 60]  # 4, 8, 15, 30 may have been trained under 60
+    meta["config"]["eval"]["loss_t"] = float("inf")
+    run.config_path.write_text(json.dumps(meta))  # Infinity: JSON as Python writes it
+    with pytest.raises(ConfigFileError, match=r"config\.json: eval\.loss_t = inf is not a finite number") as info:
+        read_config(run)
+    assert "\n" not in str(info.value) and "restore the file from a copy" in str(info.value)

@@ -23,7 +23,7 @@ from diffmem.model import build_unet, count_parameters, official_parameter_count
 from diffmem.schedule import evaluation_steps, paper_grid
 from diffmem.train import RunConfigMismatch, check_same_config, train
 from diffmem.rundir import RunDir
-from tiny_runs import TINY, sets, tiny_config
+from tiny_runs import sets, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_PARAMS_M = {8: 0.26, 16: 1.0, 32: 4.1, 48: 9.1, 64: 16.1}

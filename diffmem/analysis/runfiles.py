@@ -23,8 +23,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from diffmem.config import EvalConfig
+from diffmem.config import RunConfig
 from diffmem.io import atomic_write_text, read_jsonl
+from diffmem.rundir import ConfigFileError, RunDir
 
 
 class RunFolderError(ValueError):
@@ -40,7 +41,8 @@ class RunRecord:
     """One run folder as read from disk.
 
     ``evaluations`` are the metrics.jsonl records sorted by step, one per step (a re-evaluated step keeps its last
-    record). ``planned_steps`` is train.steps from the config; ``params`` the parameter count (None if absent).
+    record). ``planned_steps`` is train.steps from the config; ``params`` the parameter count (None if absent);
+    ``config`` the whole config it was trained with.
     """
 
     name: str
@@ -55,6 +57,7 @@ class RunRecord:
     mem_levels: tuple[float, ...]  # eval.mem_levels: the f_mem levels whose crossing steps are read (analysis only)
     done: bool
     evaluations: tuple[dict[str, Any], ...]
+    config: RunConfig  # the run's validated config (what it was: data source, image size, model, optimizer, ...)
 
     @property
     def state(self) -> str:
@@ -127,52 +130,39 @@ def latest_per_step(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [by_step[k] for k in sorted(by_step)]
 
 
-def _config_value(cfg: dict[str, Any], section: str, key: str, path: Path, required: bool) -> Any:
-    value = cfg.get(section, {}).get(key) if isinstance(cfg.get(section), dict) else None
-    if value is None and required:
-        raise RunFolderError(f"{path} lacks config.{section}.{key}; rewrite it with `diffmem train` (it records the "
-                             "resolved config)")
-    return value
-
-
-def _mem_levels(cfg: dict[str, Any]) -> tuple[float, ...]:
-    """eval.mem_levels of a stored config; folders written before the key get today's default (it only steers the
-    analysis, not the run)."""
-    value = cfg.get("eval", {}).get("mem_levels") if isinstance(cfg.get("eval"), dict) else None
-    if value is None:
-        value = EvalConfig().mem_levels
-    return tuple(float(v) for v in value)
-
-
 def read_run(run_dir: str | Path) -> RunRecord:
-    """Read one run folder (config.json, metrics.jsonl, done)."""
+    """Read one run folder (config.json through :func:`diffmem.rundir.read_config`, metrics.jsonl, done). A run
+    marked done without any evaluation is read with a warning (its metrics.jsonl is missing or empty)."""
     run_dir = Path(run_dir)
-    config_path = run_dir / "config.json"
     try:
-        meta = json.loads(config_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunFolderError(f"'{run_dir}' has no config.json; it is not a run folder") from None
-    except json.JSONDecodeError as e:
-        raise RunFolderError(f"{config_path} is not valid JSON ({e}); restore it or remove the run folder") from None
-    cfg = meta.get("config") if isinstance(meta, dict) else None
-    if not isinstance(cfg, dict):
-        raise RunFolderError(f"{config_path} has no 'config' object; rewrite it with `diffmem train`")
+        stored = RunDir(run_dir).read_config()
+    except ConfigFileError as e:
+        raise RunFolderError(str(e)) from None
+    if stored is None:
+        raise RunFolderError(f"'{run_dir}' has no config.json; it is not a run folder")
+    cfg, meta = stored.config, stored.meta
     params = meta.get("params")
-    n = int(_config_value(cfg, "data", "n", config_path, True))
-    batch = meta.get("batch_size") or min(int(_config_value(cfg, "train", "batch_size", config_path, False) or n), n)
+    batch = meta.get("batch_size")
+    done = (run_dir / "done").exists()
+    evaluations = tuple(read_metrics(run_dir / "metrics.jsonl"))
+    if done and not evaluations:
+        warnings.warn(f"run {run_dir.name} is marked done but has no evaluations ({run_dir / 'metrics.jsonl'} is "
+                      "missing or empty); rerun `diffmem train` with the command that trained it to evaluate its "
+                      "checkpoints again", MetricsLineWarning, stacklevel=2)
     return RunRecord(
         name=run_dir.name,
         path=run_dir,
-        n=n,
-        batch=int(batch),
-        width=int(_config_value(cfg, "model", "width", config_path, True)),
-        seed=int(_config_value(cfg, "train", "seed", config_path, False) or 0),
-        params=int(params) if isinstance(params, (int, float)) else None,
-        planned_steps=_config_value(cfg, "train", "steps", config_path, False),
-        mem_threshold=_config_value(cfg, "eval", "mem_threshold", config_path, False),
-        mem_levels=_mem_levels(cfg),
-        done=(run_dir / "done").exists(),
-        evaluations=tuple(read_metrics(run_dir / "metrics.jsonl")),
+        n=cfg.data.n,
+        batch=int(batch) if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else cfg.batch_size,
+        width=cfg.model.width,
+        seed=cfg.train.seed,
+        params=int(params) if isinstance(params, (int, float)) and not isinstance(params, bool) else None,
+        planned_steps=cfg.train.steps,
+        mem_threshold=cfg.eval.mem_threshold,
+        mem_levels=cfg.eval.mem_levels,
+        done=done,
+        evaluations=evaluations,
+        config=cfg,
     )
 
 

@@ -13,6 +13,7 @@ fitted where N and W both vary).
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from diffmem.analysis import timescales
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.runfiles import RunFolderError, RunRecord, read_experiment, write_csv, write_json
+from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -37,7 +39,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "batch", "tau_mem_epochs", "tau_mem_epochs_lo", "tau_mem_epochs_hi", "tau_gen_epochs",
     "fid_first", "fid_plateau_noise", "fid_noise_to_fall", "tau_gen_bracket_lo", "tau_gen_bracket_hi",
     "tau_mem_n_samples", "seeds_in_cell", "tau_gen_seed_gmean", "tau_gen_seed_gsd", "tau_mem_seed_gmean",
-    "tau_mem_seed_gsd",
+    "tau_mem_seed_gsd", "data_source", "image_size", "optimizer", "lr",
 )
 """Columns of summary.csv, in order. ``steps`` is the last evaluated step (an integer); ``planned_steps`` is
 train.steps; ``batch`` the effective batch; ``*_epochs`` the same timescale in passes over the train set
@@ -51,7 +53,9 @@ noise); tau_mem's interval is its bracket of evaluations already. ``tau_mem_n_sa
 evaluation where tau_mem's onset was detected (more samples detect it earlier: compare runs only at equal counts,
 or use the level crossings). Seeds: ``seeds_in_cell`` counts the runs of the same (n, width) and, over those whose
 value is measured, ``*_seed_gmean`` is the geometric mean and ``*_seed_gsd`` the geometric standard deviation (a
-factor: 1.10 = +-10 %; empty with fewer than 2 measured seeds). After these come four columns per level L of
+factor: 1.10 = +-10 %; empty with fewer than 2 measured seeds). What each run was: ``data_source`` (data.source),
+``image_size`` (data.image_size, pixels), ``optimizer`` and ``lr`` (train.optimizer, train.lr); every run of one
+analysis agrees on them (:func:`check_comparable`). After these come four columns per level L of
 ``eval.mem_levels`` (:func:`level_columns`): ``tau_mem_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which
 f_mem crosses L."""
 
@@ -92,6 +96,10 @@ class RunSummary:
     tau_gen_bracket: tuple[int, int] | None = None  # evaluated steps around tau_gen's crossing
     levels: dict[str, Estimate] = field(default_factory=dict)  # level_name(L) -> the crossing of f_mem level L
     tau_mem_n_samples: int | None = None  # samples of the evaluation at which tau_mem's onset was detected
+    data_source: str | None = None  # data.source
+    image_size: int | None = None  # data.image_size (pixels)
+    optimizer: str | None = None  # train.optimizer
+    lr: float | None = None  # train.lr
 
     def estimate(self, quantity: str) -> Estimate:
         """A timescale by name: tau_gen, tau_mem, tau_gap, tau_mem_epochs, or a level crossing (tau_mem_at_L)."""
@@ -125,6 +133,8 @@ class RunSummary:
             "fid_noise_to_fall": self.fid_noise_to_fall,
             "tau_gen_bracket_lo": self.tau_gen_bracket[0] if self.tau_gen_bracket else None,
             "tau_gen_bracket_hi": self.tau_gen_bracket[1] if self.tau_gen_bracket else None,
+            "data_source": self.data_source, "image_size": self.image_size, "optimizer": self.optimizer,
+            "lr": self.lr,
         }
 
 
@@ -192,6 +202,8 @@ def summarize_run(record: RunRecord) -> RunSummary:
         tau_gen_bracket=timescales.evaluation_bracket(record.evaluations, tau_gen),
         levels={level_name(v): estimates[level_name(v)] for v in record.mem_levels},
         tau_mem_n_samples=_onset_samples(record.evaluations, tau_mem),
+        data_source=record.config.data.source, image_size=record.config.data.image_size,
+        optimizer=record.config.train.optimizer, lr=record.config.train.lr,
     )
 
 
@@ -278,6 +290,51 @@ def sample_count_note(runs: Sequence[RunSummary]) -> str | None:
 
 # --- the whole experiment -------------------------------------------------------------------------------------------
 
+# Config keys on which the runs of one experiment may differ: the grid's axes and the budget, where the same images
+# are and which of them, how densely and with how many samples the runs are evaluated, and how they execute
+# (EXECUTION_KEYS) or are analyzed (ANALYSIS_KEYS). Every other key changes what a run trains or measures (the data
+# source, the image size, the model beyond its width, the diffusion, the optimizer and its lr, the sampler, the
+# memorization rule, ...), so runs that differ in one have timescales that no law can join: analyze refuses them.
+MAY_DIFFER = frozenset({
+    "data.n", "model.width", "train.seed", "train.steps",
+    "data.path", "data.cache_dir", "data.subset_index", "data.n_heldout",
+    "eval.times", "eval.n_samples", "eval.n_boot", "eval.seed", "eval.fid", "eval.fid_n_reference",
+    "eval.fid_reference_sets", "eval.fid_boot", "eval.loss_noise_draws", "eval.loss_n_test", "eval.checkpoint_ratio",
+    "eval.refine_ratio", "eval.refine_n_samples", "eval.stop_f_mem",
+}) | EXECUTION_KEYS | ANALYSIS_KEYS
+
+
+class IncomparableRuns(RunFolderError):
+    """The runs of an experiment differ in a key that makes their timescales incomparable."""
+
+
+def incomparable_keys(records: Sequence[RunRecord]) -> list[str]:
+    """``"key (value in run, other value in other run)"`` for every config key outside :data:`MAY_DIFFER` on which
+    the runs disagree (the first run showing each value); [] when they can be analyzed together."""
+    flat = [(r.name, {f"{section}.{key}": json.dumps(value) for section, values in r.config.to_dict().items()
+                      for key, value in values.items()}) for r in records]
+    out = []
+    for key in flat[0][1] if flat else {}:
+        if key in MAY_DIFFER:
+            continue
+        first: dict[str, str] = {}
+        for name, values in flat:
+            first.setdefault(values[key], name)
+        if len(first) > 1:
+            out.append(f"{key} ({', '.join(f'{value} in {name}' for value, name in first.items())})")
+    return out
+
+
+def check_comparable(experiment_dir: str | Path, records: Sequence[RunRecord]) -> None:
+    """Raise IncomparableRuns (one line) when the runs differ in a key outside :data:`MAY_DIFFER`, before anything
+    is written."""
+    differ = incomparable_keys(records)
+    if differ:
+        more = f" and {len(differ) - 2} more key(s)" if len(differ) > 2 else ""
+        raise IncomparableRuns(f"the runs of {experiment_dir} differ in {' and '.join(differ[:2])}{more}: their "
+                               "timescales are not comparable, so no law can be fitted across them; move the runs of "
+                               "each kind into their own experiment folder and analyze each")
+
 @dataclass(frozen=True)
 class Summary:
     """What `diffmem analyze` produced: per-run rows, fits and the files written."""
@@ -347,13 +404,15 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
     figures into ``experiment_dir/figures`` (see diffmem.plots). ``n_samples``: use only the evaluations that drew
     that many samples (to compare sample counts; write those files elsewhere with ``out_dir``).
 
-    Works on partial experiments (runs still training are summarized from the evaluations they have).
-    """
+    Works on partial experiments (runs still training are summarized from the evaluations they have). Refuses
+    (IncomparableRuns, nothing written) runs that differ in a key outside :data:`MAY_DIFFER`, e.g. the data source
+    or the image size."""
     experiment_dir = Path(experiment_dir)
     target = experiment_dir if out_dir is None else Path(out_dir)
     if out_dir is not None and not target.is_dir():
         raise RunFolderError(f"--out '{target}' is not a folder; create it first (summary.csv and fits.json go there)")
     records = read_experiment(experiment_dir)
+    check_comparable(experiment_dir, records)
     if n_samples is not None:
         records = [only_n_samples(r, n_samples) for r in records]
     runs = tuple(summarize_run(r) for r in records)

@@ -53,13 +53,15 @@ from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 from torch_fidelity.utils import (create_feature_extractor, extract_featuresdict_from_input_id,
                                   resolve_feature_layer_for_metric)
 
+from diffmem.config import FID_EXTRACTORS
+
 INCEPTION_EXTRACTOR = "inception-v3-compat"
 INCEPTION_WEIGHTS_URL = URL_INCEPTION_V3
 INCEPTION_WEIGHTS_FILENAME = os.path.basename(URL_INCEPTION_V3)  # weights-inception-2015-12-05-6726825d.pth
 WEIGHTS_ENV_VAR = "DIFFMEM_FID_WEIGHTS"
 OFFLINE_EXTRACTOR = "diffmem-randconv-v1"
 PIXEL_EXTRACTOR = "diffmem-pixels"
-EXTRACTOR_CHOICES = ("auto", "inception", INCEPTION_EXTRACTOR, OFFLINE_EXTRACTOR, PIXEL_EXTRACTOR)
+EXTRACTOR_CHOICES = FID_EXTRACTORS  # "auto", "inception" and the three names above
 
 
 class FIDError(ValueError):
