@@ -276,8 +276,9 @@ class RunLocked(RuntimeError):
     """Another live process holds the run folder's lock."""
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host is running (a zombie counts as dead)."""
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs: ``pid`` > 0, it exists and, where /proc tells, it is not a
+    zombie (an ended job whose parent has not reaped it yet). Lock holders and local jobs are checked with it."""
     if pid <= 0:
         return False
     try:
@@ -288,9 +289,9 @@ def _pid_alive(pid: int) -> bool:
         return True
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc (macOS): trust kill
-    return stat[stat.rfind(")") + 2:][:1] != "Z"
+    except OSError:  # no /proc (macOS) or it just ended: trust kill
+        return True
+    return stat[stat.rfind(")") + 2:][:1] != "Z"  # the state letter follows the command name in parentheses
 
 
 class RunLock:
@@ -348,7 +349,7 @@ class RunLock:
                 if float(info.get("started_unix", 0.0)) < _MODULE_LOADED_UNIX:
                     return f"it was left by an earlier process with this process's pid {pid}"
                 return None  # held by this very process (another RunLock on the same folder)
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return f"its process {pid} on this host is dead"
         return None
 

@@ -39,7 +39,7 @@ from typing import Any
 from diffmem.analysis.runfiles import read_metrics
 from diffmem.io import atomic_write_json
 from diffmem.metrics.fid import metric_label
-from diffmem.rundir import RunDir
+from diffmem.rundir import RunDir, pid_alive
 from diffmem.schedule import evaluation_steps
 
 SWEEP_FILE = "sweep.json"
@@ -180,22 +180,6 @@ class RunStatus:
     @property
     def needs_evaluation(self) -> bool:
         return self.unevaluated > 0
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this machine still runs: it exists and, where /proc tells, is not a zombie (an
-    ended job whose parent has not reaped it yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # no /proc (macOS) or it just ended
-        return True
-    return stat[stat.rfind(")") + 2:][:1] != "Z"  # the state letter follows the command name in parentheses
 
 
 # --- what Slurm says about a job --------------------------------------------------------------------------------
@@ -388,7 +372,7 @@ def _job_activity(sub: dict[str, Any] | None, job: dict[str, Any] | None,
     if sub is None:  # a job started by hand (e.g. RunJob called in-process), or no job at all
         if job is None:
             return None, None
-        if job.get("outcome") is None and job.get("host") == socket.gethostname() and _pid_alive(int(job["pid"])):
+        if job.get("outcome") is None and job.get("host") == socket.gethostname() and pid_alive(int(job["pid"])):
             return "running", None
         return None, job.get("error") if job.get("outcome") == "failed" else None
     cluster, job_id = sub["cluster"], sub["job_id"]
@@ -399,7 +383,7 @@ def _job_activity(sub: dict[str, Any] | None, job: dict[str, Any] | None,
     here = sub.get("host") == socket.gethostname()
     if same_job and job.get("outcome") is None:  # started, no end reported
         if job.get("host") == socket.gethostname():
-            if _pid_alive(int(job["pid"])):
+            if pid_alive(int(job["pid"])):
                 return "running", None
         else:
             return "running", None  # another machine: trust the record
@@ -408,7 +392,7 @@ def _job_activity(sub: dict[str, Any] | None, job: dict[str, Any] | None,
         return None, job.get("error") if job.get("outcome") == "failed" else None
     # not started yet, or requeued and waiting to restart
     if cluster == "local":
-        if here and job_id.isdigit() and _pid_alive(int(job_id)):  # a local job id is its controller's pid
+        if here and job_id.isdigit() and pid_alive(int(job_id)):  # a local job id is its controller's pid
             return "queued", None
         return None, result_error(experiment_dir, job_id)
     return None, None  # debug jobs live in the submitting process only
@@ -429,7 +413,7 @@ def _slurm_activity(job_id: str, job: dict[str, Any] | None,
         if error:
             return None, error
         if job is not None and outcome is None and job.get("host") == socket.gethostname() \
-                and not _pid_alive(int(job["pid"])):
+                and not pid_alive(int(job["pid"])):
             return None, "the job stopped without reporting an end (killed?)"
         return ("running" if job is not None and outcome is None else "queued"), None
     if isinstance(slurm, SlurmJobState) and slurm.state in SLURM_RUNNING:

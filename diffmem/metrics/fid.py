@@ -121,7 +121,51 @@ def make_reference_key(dataset_sha256: str, n_reference: int, start: int = 0) ->
 
 # --- the offline extractor ------------------------------------------------------------------------------------------
 
-class RandConvFeatureExtractor(FeatureExtractorBase):
+class _OfflineExtractor(FeatureExtractorBase):
+    """What the offline extractors share: one feature layer ``FEATURE`` for fid / kid / prc, no compilation, and
+    uint8 (B, 3, H, W) input (``DUMMY_SIZE`` px for torch-fidelity's compile probe). Subclasses set ``NAME`` (the
+    registry name), ``FEATURE`` and ``features(images)``."""
+
+    NAME = ""
+    FEATURE = ""
+    DUMMY_SIZE = 8
+
+    def __init__(self, name: str, features_list: list[str], **kwargs: Any) -> None:
+        # kwargs: torch-fidelity passes all its options to every extractor; none of them apply here.
+        super().__init__(name, features_list)
+
+    @classmethod
+    def get_provided_features_list(cls) -> tuple[str, ...]:
+        return (cls.FEATURE,)
+
+    @classmethod
+    def get_default_feature_layer_for_metric(cls, metric: str) -> str:
+        if metric not in ("fid", "kid", "prc"):
+            raise FIDError(f"{cls.NAME} has no class logits; it supports fid, kid and prc, not {metric}")
+        return cls.FEATURE
+
+    @staticmethod
+    def can_be_compiled() -> bool:
+        return False
+
+    @classmethod
+    def get_dummy_input_for_compile(cls) -> torch.Tensor:
+        return torch.zeros(1, 3, cls.DUMMY_SIZE, cls.DUMMY_SIZE, dtype=torch.uint8)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, 3, H, W) -> float32 (B, features)."""
+        raise NotImplementedError
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not (isinstance(images, torch.Tensor) and images.dtype == torch.uint8 and images.dim() == 4
+                and images.shape[1] == 3):
+            raise FIDError(f"{self.NAME} expects uint8 images (B, 3, H, W), got "
+                           f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}")
+        features = self.features(images)
+        return tuple(features for _ in self.features_list)
+
+
+class RandConvFeatureExtractor(_OfflineExtractor):
     """A fixed random conv net: uint8 (B, 3, H, W) -> (B, 256) float32 features; torch-fidelity extractor.
 
     Pixels are mapped to [-1, 1] and resized to 32 x 32 (bilinear, antialiased). Three 3x3 convolutions
@@ -135,13 +179,14 @@ class RandConvFeatureExtractor(FeatureExtractorBase):
     same weights. About 8 M multiply-adds per image.
     """
 
+    NAME = OFFLINE_EXTRACTOR
     SEED = 20250523
     INPUT_SIZE = 32
+    DUMMY_SIZE = INPUT_SIZE
     CHANNELS = (3, 32, 64, 64)
     FEATURE = "256"
 
     def __init__(self, name: str, features_list: list[str], **kwargs: Any) -> None:
-        # kwargs: torch-fidelity passes all its options to every extractor; none of them apply here.
         super().__init__(name, features_list)
         generator = torch.Generator(device="cpu").manual_seed(self.SEED)
         for layer, (c_in, c_out) in enumerate(zip(self.CHANNELS[:-1], self.CHANNELS[1:])):
@@ -151,41 +196,17 @@ class RandConvFeatureExtractor(FeatureExtractorBase):
         self.requires_grad_(False)
         self.eval()
 
-    @staticmethod
-    def get_provided_features_list() -> tuple[str, ...]:
-        return (RandConvFeatureExtractor.FEATURE,)
-
-    @staticmethod
-    def get_default_feature_layer_for_metric(metric: str) -> str:
-        if metric not in ("fid", "kid", "prc"):
-            raise FIDError(f"{OFFLINE_EXTRACTOR} has no class logits; it supports fid, kid and prc, not {metric}")
-        return RandConvFeatureExtractor.FEATURE
-
-    @staticmethod
-    def can_be_compiled() -> bool:
-        return False
-
-    @staticmethod
-    def get_dummy_input_for_compile() -> torch.Tensor:
-        return torch.zeros(1, 3, RandConvFeatureExtractor.INPUT_SIZE, RandConvFeatureExtractor.INPUT_SIZE,
-                           dtype=torch.uint8)
-
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if not (isinstance(images, torch.Tensor) and images.dtype == torch.uint8 and images.dim() == 4
-                and images.shape[1] == 3):
-            raise FIDError(f"{OFFLINE_EXTRACTOR} expects uint8 images (B, 3, H, W), got "
-                           f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}")
+    def features(self, images: torch.Tensor) -> torch.Tensor:
         x = images.to(torch.float32) / 127.5 - 1.0
         if x.shape[-2:] != (self.INPUT_SIZE, self.INPUT_SIZE):
             x = F.interpolate(x, size=(self.INPUT_SIZE, self.INPUT_SIZE), mode="bilinear", align_corners=False,
                               antialias=True)
         for layer in range(len(self.CHANNELS) - 1):
             x = F.avg_pool2d(F.conv2d(x, getattr(self, f"conv{layer}"), padding=1).abs(), 2)
-        features = F.adaptive_avg_pool2d(x, 2).flatten(1)
-        return tuple(features for _ in self.features_list)
+        return F.adaptive_avg_pool2d(x, 2).flatten(1)
 
 
-class PixelFeatureExtractor(FeatureExtractorBase):
+class PixelFeatureExtractor(_OfflineExtractor):
     """The pixels themselves as features: uint8 (B, 3, H, W) -> (B, H * W) float32, the channel mean in [0, 1].
 
     For small images (e.g. scikit-learn's 8x8 digits, 64 features) the Frechet distance of pixels is the 2-Wasserstein
@@ -193,36 +214,11 @@ class PixelFeatureExtractor(FeatureExtractorBase):
     and defined without any trained network. Not comparable across image sizes.
     """
 
+    NAME = PIXEL_EXTRACTOR
     FEATURE = "pixels"
 
-    def __init__(self, name: str, features_list: list[str], **kwargs: Any) -> None:
-        super().__init__(name, features_list)
-
-    @staticmethod
-    def get_provided_features_list() -> tuple[str, ...]:
-        return (PixelFeatureExtractor.FEATURE,)
-
-    @staticmethod
-    def get_default_feature_layer_for_metric(metric: str) -> str:
-        if metric not in ("fid", "kid", "prc"):
-            raise FIDError(f"{PIXEL_EXTRACTOR} has no class logits; it supports fid, kid and prc, not {metric}")
-        return PixelFeatureExtractor.FEATURE
-
-    @staticmethod
-    def can_be_compiled() -> bool:
-        return False
-
-    @staticmethod
-    def get_dummy_input_for_compile() -> torch.Tensor:
-        return torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
-
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if not (isinstance(images, torch.Tensor) and images.dtype == torch.uint8 and images.dim() == 4
-                and images.shape[1] == 3):
-            raise FIDError(f"{PIXEL_EXTRACTOR} expects uint8 images (B, 3, H, W), got "
-                           f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}")
-        features = images.to(torch.float32).mean(1).flatten(1) / 255.0
-        return tuple(features for _ in self.features_list)
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return images.to(torch.float32).mean(1).flatten(1) / 255.0
 
 
 def _register_offline_extractor() -> None:
