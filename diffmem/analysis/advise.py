@@ -128,10 +128,20 @@ def _from_fit(fit: PowerLawFit, x: float, label: str, warnings: list[str], scale
     return Prediction(value, lo, hi, label)
 
 
+def _from_own_width(fits: Mapping[str, FitSet], name: str, n: int, width: int,
+                    warnings: list[str]) -> Prediction | None:
+    """The prediction at N = ``n`` of the law ``name`` (an ``..._vs_n`` fit set) fitted at width ``width`` itself,
+    or None when that width has no fitted law."""
+    own = fits[name].groups.get(str(width))
+    if own is None or not own.fitted:
+        return None
+    return _from_fit(own, n, f"{name} at W={width}, exponent {own.exponent:.2f}", warnings)
+
+
 def _predict_tau_mem(fits: Mapping[str, FitSet], n: int, width: int, warnings: list[str]) -> Prediction:
-    own = fits["tau_mem_vs_n"].groups.get(str(width))
-    if own is not None and own.fitted:
-        return _from_fit(own, n, f"tau_mem_vs_n at W={width}, exponent {own.exponent:.2f}", warnings)
+    own = _from_own_width(fits, "tau_mem_vs_n", n, width, warnings)
+    if own is not None:
+        return own
     combined = fits["tau_mem_vs_n_over_width"].pooled
     if combined.fitted:
         measured = sorted(fits["tau_mem_vs_n"].groups, key=float)
@@ -148,17 +158,16 @@ def _predict_levels(fits: Mapping[str, FitSet], n: int, width: int,
     out = []
     for name in sorted((k for k in fits if k.startswith("tau_mem_at_") and k.endswith("_vs_n")),
                        key=lambda k: float(k[len("tau_mem_at_"):-len("_vs_n")])):
-        own = fits[name].groups.get(str(width))
-        if own is not None and own.fitted:
-            level = float(name[len("tau_mem_at_"):-len("_vs_n")])
-            out.append((level, _from_fit(own, n, f"{name} at W={width}, exponent {own.exponent:.2f}", warnings)))
+        own = _from_own_width(fits, name, n, width, warnings)
+        if own is not None:
+            out.append((float(name[len("tau_mem_at_"):-len("_vs_n")]), own))
     return tuple(out)
 
 
 def _predict_tau_gen(fits: Mapping[str, FitSet], n: int, width: int, warnings: list[str]) -> Prediction:
-    own = fits["tau_gen_vs_n"].groups.get(str(width))
-    if own is not None and own.fitted:
-        return _from_fit(own, n, f"tau_gen_vs_n at W={width}, exponent {own.exponent:.2f}", warnings)
+    own = _from_own_width(fits, "tau_gen_vs_n", n, width, warnings)
+    if own is not None:
+        return own
     by_width = fits["tau_gen_vs_width"].pooled
     if by_width.fitted:
         warnings.append("tau_gen predicted from its width law alone: assumed flat in N (paper)")
