@@ -346,7 +346,7 @@ QUICK_THEORY = ("theory.d=40", "theory.psi_p=16", "theory.psi_n=[2,4]", "theory.
 def cmd_theory(args) -> int:
     from diffmem.config import load_theory_config
     from diffmem.rundir import require_folder
-    from diffmem.theory.sweep import run_theory_sweep
+    from diffmem.theory.psi_sweep import run_theory_sweep
 
     overrides = (list(QUICK_THEORY) if args.quick else []) + list(args.set)
     require_folder(args.out)

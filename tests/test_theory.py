@@ -16,8 +16,8 @@ from diffmem.theory.dynamics import evaluate_metrics, log_times, simulate_gd
 from diffmem.theory.features import build_instance
 from diffmem.theory.spectrum import (mass_in, monte_carlo_spectrum, predicted_density, predicted_supports,
                                      predicted_tau_mem)
-from diffmem.theory.sweep import run_theory_sweep
-from diffmem.theory.timescales import gap_rise_time
+from diffmem.theory.psi_sweep import run_theory_sweep
+from diffmem.theory.curve_timescales import gap_rise_time
 
 
 @pytest.mark.parametrize("t", [0.01, 0.1, 1.0])

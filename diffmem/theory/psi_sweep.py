@@ -33,7 +33,7 @@ from diffmem.theory.dynamics import evaluate_metrics, log_times
 from diffmem.theory.features import METRICS, build_instance
 from diffmem.theory.spectrum import (density_mass_in, lambda_min, mass_in, monte_carlo_spectrum,
                                      predicted_density, predicted_supports, predicted_tau_gen, predicted_tau_mem)
-from diffmem.theory.timescales import curve_timescales
+from diffmem.theory.curve_timescales import curve_timescales
 
 SUMMARY_COLUMNS = (
     "psi_n", "n", "seed", "d", "p", "psi_p", "t", "noise",
