@@ -7,6 +7,7 @@ import math
 import re
 import shutil
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from diffmem.cli import main
 from diffmem.config import (DiffusionConfig, RunConfig, config_from_dict, load_config, upgrade_stored_config)
 from diffmem.diffusion import Diffusion
 from diffmem.metrics.fid import OFFLINE_EXTRACTOR, fid, fid_sets
-from diffmem.model import build_unet, count_parameters, official_parameter_count
+from diffmem.model import build_from_config, build_unet, count_parameters, official_parameter_count
 from diffmem.schedule import evaluation_steps, paper_grid
 from diffmem.train import RunConfigMismatch, check_same_config, train
 from diffmem.rundir import RunDir
@@ -420,9 +421,9 @@ def test_paper_file_smoke_run_on_a_celeba_layout_folder(tmp_path, celeba_root):
 # --- docs/fidelity.md against the experiment files -------------------------------------------------------------------
 
 PROTOCOL_ITEMS = ["data transform", "centering", "subsets", "held-out sets", "model blocks", "attention heads",
-                  "widths and p", "time embedding", "dropout", "schedule", "t range", "loss", "optimizer", "batch",
-                  "budget", "evaluation grid", "sampler", "samples per checkpoint", "f_mem rule and CI",
-                  "FID features", "reference sets", "loss-gap t and draws", "tau rules"]
+                  "widths and p", "time embedding", "dropout", "initialization", "schedule", "t range", "loss",
+                  "optimizer", "batch", "budget", "evaluation grid", "sampler", "samples per checkpoint",
+                  "f_mem rule and CI", "FID features", "reference sets", "loss-gap t and draws", "tau rules"]
 KEY_VALUE = re.compile(r"`((?:data|model|diffusion|train|eval|sweep)\.\w+) = ([^`]+)`")
 
 
@@ -463,3 +464,18 @@ def test_the_fidelity_table_covers_every_protocol_item_and_agrees_with_the_files
                 assert config_value(cfg, sweep, key) == value, f"{item}: {key}"
                 checked += 1
     assert checked >= 60
+
+
+def test_the_cpu_reference_experiment_has_no_attention_so_model_init_changes_none_of_its_weights():
+    """experiments/cpu_digits.toml sets no model.init (so "official" today) and model.attention = false: its models,
+    and those of its run folders trained before the key (read as "diffusers"), are the same for every seed."""
+    cfg, sweep = load_config(ROOT / "experiments" / "cpu_digits.toml")
+    assert cfg.model.init == "official" and cfg.model.attention is False
+    for width in sweep.width or [cfg.model.width]:
+        for seed in sweep.seeds:
+            drawn = []
+            for init in ("official", "diffusers"):
+                torch.manual_seed(seed)
+                model = build_from_config(replace(cfg.model, width=width, init=init), cfg.data.image_size)
+                drawn.append(model.state_dict())
+            assert all(torch.equal(drawn[0][k], drawn[1][k]) for k in drawn[0]), (width, seed)
