@@ -349,6 +349,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     an evaluation step up to where it stopped lost its metrics line (then evaluated again) or its checkpoint
     (then written again: :func:`rewrite_checkpoints`). A command that fails before training leaves the folder as it
     found it: config.json is written, a budget raised and ``done`` deleted only once the run's state has been read.
+    An existing run folder keeps the ``model.init`` it recorded, whatever ``cfg`` says (:func:`continue_as_recorded`).
     """
     run = RunDir(run_dir)
     require_folder(run.path)
