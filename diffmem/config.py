@@ -61,6 +61,8 @@ class ModelConfig:
     dropout_type: str = "channel"  # "channel": nn.Dropout2d, whole feature maps (official) | "element": nn.Dropout
     time_embedding: str = "official"  # sinusoid: "official" [sin, cos], 10000^(-k/(h-1)) | "diffusers" [cos, sin], /h
     time_act: str = "gelu"  # activation between the two linear layers of the time-embedding MLP: "gelu" | "silu"
+    init: str = "official"  # weights at step 0: "official" (attention as nn.MultiheadAttention: Xavier q/k/v, zero
+    #                         biases) | "diffusers" (PyTorch's nn.Linear default); a run folder keeps its recorded one
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ THEORY_NOISE_MODES = ("gaussian-equivalent", "monte-carlo")
 EVAL_GRIDS = ("paper",)  # named evaluation grids of eval.times (diffmem.train.evaluation_steps)
 SAMPLER_SCHEDULES = ("official", "diffusers")  # eval.sampler_schedule (diffmem.diffusion)
 MODEL_CHOICES = {"dropout_type": ("channel", "element"), "time_embedding": ("official", "diffusers"),
-                 "time_act": ("gelu", "silu")}
+                 "time_act": ("gelu", "silu"), "init": ("official", "diffusers")}
 TRAIN_PRECISIONS = ("fp32", "bf16")  # train.precision (diffmem/acceleration.py)
 DATA_SOURCES = ("celeba", "folder", "lfw_faces", "digits")  # data.source (diffmem.data.sources)
 OPTIMIZERS = ("sgd", "adam")  # train.optimizer
@@ -468,7 +470,7 @@ def _legacy_head_dim(model: dict[str, Any]) -> int:
 
 LEGACY_VALUES: dict[str, dict[str, Any]] = {
     "model": {"dropout_type": "element", "time_embedding": "diffusers", "time_act": "silu",
-              "attention_head_dim": _legacy_head_dim},
+              "attention_head_dim": _legacy_head_dim, "init": "diffusers"},
     "diffusion": {"t_min": 0},
     "train": {"precision": "fp32", "channels_last": False, "compile": False},
     "eval": {"sampler_schedule": "diffusers", "fid_reference_sets": 1, "fid_boot": 0, "checkpoint_ratio": 0.0,
@@ -693,19 +695,37 @@ EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.channels
 # Keys that only the analysis of a run's metrics reads: they change neither training nor any evaluation, so they may
 # change between reruns too, and a run folder written before one of them continues with today's value.
 ANALYSIS_KEYS = frozenset({"eval.mem_levels"})
+# Keys that decide only how a run starts (the weights drawn at step 0), so a run folder keeps the value it recorded
+# (for a folder written before the key, its LEGACY_VALUES value): a command that continues the folder with another
+# value is not refused, and the run goes on with the folder's value (diffmem.train.train, keep_recorded_keys).
+RECORDED_KEYS = frozenset({"model.init"})
 
 
 def continuation_diff(stored: dict[str, Any], cfg: RunConfig) -> list[str]:
     """Why a run folder whose config.json holds ``stored`` (``RunConfig.to_dict()`` of any diffmem version) cannot be
     continued with ``cfg``: every differing key (``config_diff``) except a larger ``train.steps``, which extends the
-    run's budget (the training trajectory does not depend on the budget). [] when it can."""
-    diffs = config_diff(upgrade_stored_config(stored), cfg.to_dict())
+    run's budget (the training trajectory does not depend on the budget), and ``RECORDED_KEYS``, which the folder
+    keeps (``keep_recorded_keys``). [] when it can."""
+    diffs = [d for d in config_diff(upgrade_stored_config(stored), cfg.to_dict())
+             if d.split(":")[0] not in RECORDED_KEYS]
     old_steps = stored.get("train", {}).get("steps")
     if isinstance(old_steps, int) and cfg.train.steps > old_steps:
         diffs = [d for d in diffs if not d.startswith("train.steps:")]
     elif isinstance(old_steps, int) and cfg.train.steps < old_steps:
         diffs = [d + " (a budget may grow, never shrink)" if d.startswith("train.steps:") else d for d in diffs]
     return diffs
+
+
+def keep_recorded_keys(stored: dict[str, Any], cfg: RunConfig) -> RunConfig:
+    """``cfg`` with every ``RECORDED_KEYS`` key set to the value of the run folder whose config.json holds
+    ``stored`` (``RunConfig.to_dict()`` of any diffmem version; a key it predates reads as its ``LEGACY_VALUES``
+    value), so that continuing, extending or repairing the run draws what the run was started with."""
+    old = upgrade_stored_config(stored)
+    changes: dict[str, dict[str, Any]] = {}
+    for key in sorted(RECORDED_KEYS):
+        section, name = key.split(".")
+        changes.setdefault(section, {})[name] = old[section][name]
+    return cfg.replace(**changes)
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

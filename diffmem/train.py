@@ -35,7 +35,8 @@ import torch
 from tqdm.auto import tqdm
 
 import diffmem
-from diffmem.config import ConfigError, RunConfig, continuation_diff, legacy_keys, upgrade_stored_config
+from diffmem.config import (RECORDED_KEYS, ConfigError, RunConfig, continuation_diff, keep_recorded_keys,
+                             legacy_keys, upgrade_stored_config)
 from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
@@ -203,6 +204,22 @@ def check_same_config(cfg: RunConfig, run: RunDir, dataset_sha256: str | None = 
     return True
 
 
+def continue_as_recorded(cfg: RunConfig, run: RunDir, log: Callable[[str], None]) -> RunConfig:
+    """``cfg`` as the run folder ``run`` continues it: the keys a folder keeps (``diffmem.config.RECORDED_KEYS``,
+    the init of its step-0 weights) set to its config.json's values, with a log line for each one the command asked
+    otherwise; ``cfg`` itself for a new folder."""
+    stored = run.read_config()
+    if stored is None:
+        return cfg
+    kept = keep_recorded_keys(stored.raw, cfg)
+    recorded, asked = kept.to_dict(), cfg.to_dict()
+    for key in sorted(RECORDED_KEYS):
+        if _get(recorded, key) != _get(asked, key):
+            log(f"{run.path}: keeps {key} = {json.dumps(_get(recorded, key))}, with which it started (the command's "
+                f"{json.dumps(_get(asked, key))} applies to new run folders)")
+    return kept
+
+
 def _get(config: dict[str, Any], key: str) -> Any:
     section, name = key.split(".")
     return config[section][name]
@@ -332,6 +349,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     an evaluation step up to where it stopped lost its metrics line (then evaluated again) or its checkpoint
     (then written again: :func:`rewrite_checkpoints`). A command that fails before training leaves the folder as it
     found it: config.json is written, a budget raised and ``done`` deleted only once the run's state has been read.
+    An existing run folder keeps the ``model.init`` it recorded, whatever ``cfg`` says (:func:`continue_as_recorded`).
     """
     run = RunDir(run_dir)
     require_folder(run.path)
@@ -352,6 +370,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     try:
         with RunLock(run) as lock:
             check_same_config(cfg, run, images.sha256)
+            cfg = continue_as_recorded(cfg, run, log)
             if not has_work(cfg, run):  # another process finished it while this one loaded data
                 log(f"{run.path}: already done, skipping")
                 return TrainResult("skipped", cfg.train.steps, run.path)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from diffmem.config import (ConfigError, RunConfig, config_diff, config_from_dict, continuation_diff, load_config,
-                            parse_override)
+from diffmem.config import (ConfigError, RunConfig, config_diff, config_from_dict, continuation_diff,
+                            keep_recorded_keys, load_config, parse_override)
 from diffmem.rundir import RunDir
 from diffmem.train import check_same_config
 
@@ -169,3 +169,32 @@ def test_the_config_json_reader_validates_and_knows_the_evaluation_grid(tmp_path
     with pytest.raises(ConfigFileError, match=r"config\.json: eval\.loss_t = inf is not a finite number") as info:
         read_config(run)
     assert "\n" not in str(info.value) and "restore the file from a copy" in str(info.value)
+
+
+def test_a_run_folder_written_before_model_init_reads_as_diffusers_and_continues_under_todays_default(tmp_path):
+    """results/cpu_digits/n00128_w08_s0/config.json predates model.init: it reads as "diffusers" (the init it was
+    trained with), and continuing it with today's "official", or another folder's explicit other init, is not a
+    difference that refuses the command: the folder keeps its recorded init (keep_recorded_keys)."""
+    committed = Path(__file__).resolve().parents[1] / "results" / "cpu_digits" / "n00128_w08_s0" / "config.json"
+    stored = json.loads(committed.read_text())["config"]
+    assert "init" not in stored["model"]
+    recorded = config_from_dict(stored)
+    assert recorded.model.init == "diffusers"
+    today = recorded.replace(model={"init": "official"})
+    assert continuation_diff(stored, today) == []
+    assert keep_recorded_keys(stored, today) == recorded
+    explicit = today.to_dict()  # a folder written today records its init
+    assert keep_recorded_keys(explicit, recorded).model.init == "official"
+    assert continuation_diff(explicit, recorded) == []
+    assert continuation_diff(stored, today.replace(model={"dropout": 0.2})) == ["model.dropout: 0.1 -> 0.2"]
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(committed, run / "config.json")
+    assert check_same_config(today, RunDir(run))
+
+
+def test_model_init_defaults_to_official_and_accepts_diffusers():
+    cfg, _ = load_config(None, ["data.source=lfw_faces"])
+    assert cfg.model.init == "official"
+    cfg, _ = load_config(None, ["data.source=lfw_faces", "model.init=diffusers"])
+    assert cfg.model.init == "diffusers" and config_from_dict(cfg.to_dict()) == cfg

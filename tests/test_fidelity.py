@@ -7,6 +7,7 @@ import math
 import re
 import shutil
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from diffmem.cli import main
 from diffmem.config import (DiffusionConfig, RunConfig, config_from_dict, load_config, upgrade_stored_config)
 from diffmem.diffusion import Diffusion
 from diffmem.metrics.fid import OFFLINE_EXTRACTOR, fid, fid_sets
-from diffmem.model import build_unet, count_parameters, official_parameter_count
+from diffmem.model import build_from_config, build_unet, count_parameters, official_parameter_count
 from diffmem.schedule import evaluation_steps, paper_grid
 from diffmem.train import RunConfigMismatch, check_same_config, train
 from diffmem.rundir import RunDir
@@ -129,6 +130,117 @@ def test_every_attention_layer_has_four_heads():
             two_heads.load_state_dict(mha.state_dict())
             other = x + two_heads(h, h, h, need_weights=False)[0].transpose(1, 2).reshape(x.shape)
             assert not torch.allclose(attn(x), other, atol=1e-4)
+
+
+# --- initialization: the official layers are default-initialized, its attention is nn.MultiheadAttention's -----------
+
+def attention_tensors(attn: Attention) -> dict[str, torch.Tensor]:
+    """The weights and biases of a diffusers attention layer under the names of nn.MultiheadAttention's split."""
+    return {"q.weight": attn.to_q.weight, "k.weight": attn.to_k.weight, "v.weight": attn.to_v.weight,
+            "out.weight": attn.to_out[0].weight, "q.bias": attn.to_q.bias, "k.bias": attn.to_k.bias,
+            "v.bias": attn.to_v.bias, "out.bias": attn.to_out[0].bias}
+
+
+def multihead_tensors(mha: torch.nn.MultiheadAttention) -> dict[str, torch.Tensor]:
+    """The same tensors of an nn.MultiheadAttention: in_proj split in rows [0, C), [C, 2C), [2C, 3C)."""
+    (qw, kw, vw), (qb, kb, vb) = mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3)
+    return {"q.weight": qw, "k.weight": kw, "v.weight": vw, "out.weight": mha.out_proj.weight,
+            "q.bias": qb, "k.bias": kb, "v.bias": vb, "out.bias": mha.out_proj.bias}
+
+
+def pooled_attention_values(init: str, seeds: range) -> dict[tuple[int, str], np.ndarray]:
+    """Every value of each attention tensor of build_unet(8, 16) over ``seeds``, pooled per (channels C, name)."""
+    pooled: dict[tuple[int, str], list[np.ndarray]] = {}
+    for seed in seeds:
+        torch.manual_seed(seed)
+        for attn in (m for m in build_unet(8, 16, init=init).modules() if isinstance(m, Attention)):
+            for name, tensor in attention_tensors(attn).items():
+                pooled.setdefault((attn.inner_dim, name), []).append(tensor.detach().flatten().numpy())
+    return {key: np.concatenate(values) for key, values in pooled.items()}
+
+
+def test_official_init_draws_the_attention_as_nn_multihead_attention_does():
+    """Per tensor, diffmem's attention at init = "official" against real nn.MultiheadAttention layers of the same C
+    built the way the official Unet.py builds them: the two-sample KS test accepts every weight, every bias is 0; the
+    same test rejects diffusers' init of the q/k/v weights (0.82x the spread) and its biases are not 0."""
+    from scipy.stats import ks_2samp
+
+    official, diffusers = pooled_attention_values("official", range(4)), pooled_attention_values("diffusers", range(4))
+    reference: dict[tuple[int, str], list[np.ndarray]] = {}
+    for seed in range(100, 140):  # seeds disjoint from the model's
+        torch.manual_seed(seed)
+        for c in (16, 32):
+            mha = torch.nn.MultiheadAttention(c, 4, batch_first=True)
+            for name, tensor in multihead_tensors(mha).items():
+                reference.setdefault((c, name), []).append(tensor.detach().flatten().numpy())
+    assert set(official) == set(reference) and len(official) == 16
+    for (c, name), values in official.items():
+        ref = np.concatenate(reference[(c, name)])
+        if name.endswith("bias"):
+            assert not values.any() and not ref.any(), (c, name)
+            assert np.abs(diffusers[(c, name)]).max() > 0, (c, name)
+            continue
+        assert ks_2samp(values, ref).pvalue > 1e-3, (c, name)
+        bound = math.sqrt(6 / (4 * c)) if name != "out.weight" else 1 / math.sqrt(c)  # Xavier (3C, C) | nn.Linear
+        assert np.abs(values).max() <= bound and np.abs(values).max() > 0.98 * bound, (c, name)
+        if name != "out.weight":
+            assert ks_2samp(diffusers[(c, name)], ref).pvalue < 1e-6, (c, name)
+            assert diffusers[(c, name)].std() / ref.std() == pytest.approx(math.sqrt(2 / 3), rel=0.05)
+
+
+@pytest.mark.parametrize("c", [16, 32, 64])
+def test_official_init_equals_nn_multihead_attention_exactly_from_the_same_rng_state(c):
+    """nn.MultiheadAttention(C) draws out_proj's nn.Linear init, then Xavier over the stacked (3C, C) in_proj;
+    init_attention_as_multihead draws the same in the same order, so from one seed every tensor is equal."""
+    from diffmem.model import init_attention_as_multihead
+
+    model = build_unet(8 if c <= 32 else 16, 16)  # channels W, 2W, 4W: attention at 2W and 4W
+    attn = next(m for m in model.modules() if isinstance(m, Attention) and m.inner_dim == c)
+    for seed in (0, 7, 12345):
+        torch.manual_seed(seed)
+        init_attention_as_multihead(attn)
+        after = torch.rand(1)
+        torch.manual_seed(seed)
+        mha = torch.nn.MultiheadAttention(c, 4, batch_first=True)
+        assert torch.equal(after, torch.rand(1))  # the same number of draws
+        for name, tensor in multihead_tensors(mha).items():
+            assert torch.equal(attention_tensors(attn)[name], tensor), (c, seed, name)
+
+
+def uniform_cdf(bound: float):
+    return lambda x: np.clip((np.asarray(x) + bound) / (2 * bound), 0.0, 1.0)
+
+
+@pytest.mark.parametrize("init", ["official", "diffusers"])
+def test_every_other_layer_starts_as_pytorchs_default_like_the_official_unet(init):
+    """The official Unet.py and run_Unet.py hold no init code: its Conv2d and Linear layers start from PyTorch's
+    default, weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (Kaiming-uniform with a = sqrt(5)), its GroupNorms
+    from weight 1, bias 0, and its sinusoid table is frozen. diffmem's layers outside attention have the same shapes
+    (the parameter count test), so the same fans: each tensor is checked against that closed form (its range, and a
+    KS test for tensors of >= 200 values), at both inits."""
+    from scipy.stats import kstest
+
+    torch.manual_seed(3)
+    model = build_unet(16, 16, init=init)
+    attention_linears = {id(lin) for m in model.modules() if isinstance(m, Attention)
+                         for lin in (m.to_q, m.to_k, m.to_v, m.to_out[0])}
+    checked = {torch.nn.Conv2d: 0, torch.nn.Linear: 0, torch.nn.GroupNorm: 0}
+    for module in model.modules():
+        if isinstance(module, torch.nn.GroupNorm):
+            assert torch.equal(module.weight, torch.ones_like(module.weight)) and not module.bias.any()
+            checked[torch.nn.GroupNorm] += 1
+        elif isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and id(module) not in attention_linears:
+            fan_in = module.weight[0].numel()
+            bound = 1 / math.sqrt(fan_in)
+            for tensor in (module.weight, module.bias):
+                values = tensor.detach().flatten().numpy()
+                assert np.abs(values).max() <= bound
+                if values.size >= 200:
+                    assert kstest(values, uniform_cdf(bound)).pvalue > 1e-4
+            checked[type(module)] += 1
+    assert all(checked.values()), checked
+    assert len([p for p in model.parameters()]) == 2 * sum(checked.values()) + 8 * sum(
+        isinstance(m, Attention) for m in model.modules())  # every parameter was looked at
 
 
 # --- loss and sampler -----------------------------------------------------------------------------------------------
@@ -309,9 +421,9 @@ def test_paper_file_smoke_run_on_a_celeba_layout_folder(tmp_path, celeba_root):
 # --- docs/fidelity.md against the experiment files -------------------------------------------------------------------
 
 PROTOCOL_ITEMS = ["data transform", "centering", "subsets", "held-out sets", "model blocks", "attention heads",
-                  "widths and p", "time embedding", "dropout", "schedule", "t range", "loss", "optimizer", "batch",
-                  "budget", "evaluation grid", "sampler", "samples per checkpoint", "f_mem rule and CI",
-                  "FID features", "reference sets", "loss-gap t and draws", "tau rules"]
+                  "widths and p", "time embedding", "dropout", "initialization", "schedule", "t range", "loss",
+                  "optimizer", "batch", "budget", "evaluation grid", "sampler", "samples per checkpoint",
+                  "f_mem rule and CI", "FID features", "reference sets", "loss-gap t and draws", "tau rules"]
 KEY_VALUE = re.compile(r"`((?:data|model|diffusion|train|eval|sweep)\.\w+) = ([^`]+)`")
 
 
@@ -352,3 +464,18 @@ def test_the_fidelity_table_covers_every_protocol_item_and_agrees_with_the_files
                 assert config_value(cfg, sweep, key) == value, f"{item}: {key}"
                 checked += 1
     assert checked >= 60
+
+
+def test_the_cpu_reference_experiment_has_no_attention_so_model_init_changes_none_of_its_weights():
+    """experiments/cpu_digits.toml sets no model.init (so "official" today) and model.attention = false: its models,
+    and those of its run folders trained before the key (read as "diffusers"), are the same for every seed."""
+    cfg, sweep = load_config(ROOT / "experiments" / "cpu_digits.toml")
+    assert cfg.model.init == "official" and cfg.model.attention is False
+    for width in sweep.width or [cfg.model.width]:
+        for seed in sweep.seeds:
+            drawn = []
+            for init in ("official", "diffusers"):
+                torch.manual_seed(seed)
+                model = build_from_config(replace(cfg.model, width=width, init=init), cfg.data.image_size)
+                drawn.append(model.state_dict())
+            assert all(torch.equal(drawn[0][k], drawn[1][k]) for k in drawn[0]), (width, seed)

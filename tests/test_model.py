@@ -1,6 +1,7 @@
-"""The U-Net matches the paper's parameter counts and shapes."""
+"""The U-Net matches the paper's parameter counts and shapes, and its two inits draw what they say."""
 import pytest
 import torch
+from diffusers import UNet2DModel
 from diffusers.models.attention_processor import Attention
 
 from diffmem.model import build_unet, count_parameters, official_parameter_count
@@ -40,3 +41,52 @@ def test_bad_sizes_are_rejected():
         build_unet(8, 18)
     with pytest.raises(ValueError, match="multiple of norm_groups"):
         build_unet(12, 16)
+
+
+def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize("width,attention,head_dim", [(8, True, 0), (16, True, 0), (8, True, 8), (8, False, 0)])
+def test_diffusers_init_is_bit_for_bit_what_diffusers_unet2dmodel_draws(width, attention, head_dim):
+    """init = "diffusers" is the model as diffmem built it before model.init existed: diffusers' UNet2DModel with the
+    same config, from the same seed, bit for bit, and it leaves the RNG where UNet2DModel leaves it (the conventions
+    swapped in after construction draw nothing)."""
+    torch.manual_seed(11)
+    model = build_unet(width, 16, attention, attention_head_dim=head_dim, init="diffusers")
+    after = torch.rand(3)
+    torch.manual_seed(11)
+    reference = UNet2DModel.from_config(model.config)
+    assert torch.equal(after, torch.rand(3))
+    assert_same_weights(weights(model), weights(reference))
+
+
+def test_official_init_changes_only_the_attention_weights():
+    torch.manual_seed(5)
+    official = weights(build_unet(8, 16, init="official"))
+    torch.manual_seed(5)
+    diffusers = weights(build_unet(8, 16, init="diffusers"))
+    changed = {k for k in official if not torch.equal(official[k], diffusers[k])}
+    attention = {k for k in official if ".attentions." in k and (".to_q." in k or ".to_k." in k or ".to_v." in k
+                                                                 or ".to_out." in k)}
+    assert changed == attention and len(attention) == 8 * 11  # 4 projections x (weight, bias) x 11 layers
+
+
+def test_without_attention_both_inits_give_identical_weights():
+    """With model.attention = false (experiments/cpu_digits.toml, the demo) there is no attention layer to redraw:
+    "official" and "diffusers" give the same model for the same seed."""
+    torch.manual_seed(2)
+    official = weights(build_unet(8, 16, attention=False, init="official"))
+    torch.manual_seed(2)
+    assert_same_weights(official, weights(build_unet(8, 16, attention=False, init="diffusers")))
+
+
+def test_an_unknown_init_is_refused():
+    with pytest.raises(ValueError, match="init='xavier'"):
+        build_unet(8, 16, init="xavier")

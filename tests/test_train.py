@@ -161,3 +161,31 @@ def test_a_run_with_the_speed_switches_trains_resumes_and_evaluates(tmp_path):
     assert train(plain_layout, tmp_path / "straight", progress=False).status == "skipped"
     with pytest.raises(RunConfigMismatch, match="train.precision"):
         train(cfg.replace(train={"precision": "fp32"}), tmp_path / "straight", progress=False)
+
+
+def test_a_run_folder_without_model_init_resumes_with_its_recorded_init(tmp_path, capsys):
+    """An old run folder (config.json without model.init, trained with diffusers' init) continued by `diffmem train`
+    under today's default (init = "official") is not refused: it resumes and keeps "diffusers", so its final weights
+    and a checkpoint written again by training from step 0 equal those of a straight run with init = "diffusers"
+    (a run started with "official" has other weights at that checkpoint)."""
+    old = TINY + ["model.attention=true", "train.steps=12", "eval.times=[3, 12]", "eval.inline=false",
+                  "train.num_threads=1"]  # one thread: bit-identical reruns, and fast beside other work
+    straight, cut, new = (tmp_path / name for name in ("straight", "cut", "new"))
+    train(tiny_config(*old, "model.init=diffusers"), straight, progress=False)
+    assert train(tiny_config(*old, "model.init=diffusers"), cut, progress=False, stop_at_step=6).status == "interrupted"
+    meta = json.loads(RunDir(cut).config_path.read_text())
+    del meta["config"]["model"]["init"]  # as a folder written before the key
+    RunDir(cut).config_path.write_text(json.dumps(meta))
+    RunDir(cut).checkpoint_path(3).unlink()  # the repair trains again from step 0, with the folder's init
+    cfg_path = tmp_path / "empty.toml"
+    cfg_path.write_text("")
+    assert main(["train", str(cfg_path), "--out", str(cut), "--no-progress", *sets(old)]) == 0
+    assert 'keeps model.init = "diffusers"' in capsys.readouterr().out
+    assert RunDir(cut).is_done() and "init" not in json.loads(RunDir(cut).config_path.read_text())["config"]["model"]
+    load = lambda run, name: torch.load(run / name, weights_only=False)["model"]  # noqa: E731
+    for name in ("state.pt", RunDir(cut).checkpoint_path(3).relative_to(cut)):
+        a, b = load(straight, name), load(cut, name)
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    train(tiny_config(*old, "train.steps=3", "eval.times=[3]"), new, progress=False)  # today's default: official
+    a, b = load(straight, RunDir(cut).checkpoint_path(3).relative_to(cut)), load(new, "state.pt")
+    assert not torch.equal(a["mid_block.attentions.0.to_q.weight"], b["mid_block.attentions.0.to_q.weight"])

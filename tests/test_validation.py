@@ -33,6 +33,7 @@ INVALID: dict[str, tuple[list[str], str]] = {
     "model.dropout_type": (["model.dropout_type=pixel"], "model.dropout_type = 'pixel' is unknown"),
     "model.time_embedding": (["model.time_embedding=fourier"], "model.time_embedding = 'fourier' is unknown"),
     "model.time_act": (["model.time_act=relu"], "model.time_act = 'relu' is unknown"),
+    "model.init": (["model.init=xavier"], "model.init = 'xavier' is unknown"),
     "diffusion.num_train_timesteps": (["diffusion.num_train_timesteps=1"],
                                       "diffusion.num_train_timesteps = 1 must be in [2, 100000]"),
     "diffusion.beta_start": (["diffusion.beta_start=0.5"], "need 0 < beta_start < beta_end < 1"),
