@@ -4,8 +4,9 @@
 :class:`FigureResult` per figure, written or skipped with the reason (e.g. width.png with a single width):
 
 - ``window_w{W}``: FID/FD (top) and f_mem with its 95% interval (bottom) against the training step, one colour per N,
-  the generalization window [tau_gen, tau_mem] of each N shaded (the paper's Fig. 2).
-- ``collapse``: f_mem against step / N, one panel per width.
+  the generalization window [tau_gen, tau_mem] of each N shaded (the paper's Fig. 2). Where a cell (N, W) has several
+  seeds, each seed's curve is thin and the cell's mean bold, with the 95 % t interval of the mean over seeds.
+- ``collapse``: f_mem against step / N, one panel per width (seeds as in the window figure).
 - ``scaling``: tau_mem and tau_gen against N (log-log), per width, with the fitted law and its bootstrap band;
   censored runs as open triangles (pointing up: lower bound).
 - ``width``: tau_gen and tau_mem / N against W (only with several widths), with a 1/W guide.
@@ -36,6 +37,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
+from scipy import stats
 
 from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run
 from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
@@ -276,9 +278,120 @@ def _quality_band(rec: RunRecord) -> tuple[np.ndarray, np.ndarray] | None:
     return fid - 1.96 * se, fid + 1.96 * se
 
 
+@dataclass(frozen=True)
+class SeedMean:
+    """One metric averaged over the seeds of a cell (same N and W).
+
+    ``steps`` (optimizer steps, shape (m,)): every evaluated step of the seeds inside the range that all of them
+    cover; each seed's curve is interpolated there linearly in log step (exact at its own evaluations). ``mean``
+    (shape (m,)): the arithmetic mean over the seeds; ``lo``/``hi``: its 95 % Student-t interval over the seeds,
+    mean -+ t(0.975, k - 1) * sd / sqrt(k) (None with one seed); ``seeds``: k."""
+
+    steps: np.ndarray
+    mean: np.ndarray
+    lo: np.ndarray | None
+    hi: np.ndarray | None
+    seeds: int
+
+
+def mean_over_seeds(records: Sequence[RunRecord], key: str) -> SeedMean | None:
+    """:class:`SeedMean` of the metric ``key`` (a metrics.jsonl column) over ``records``, the seeds of one cell; None
+    when no seed has a value or the seeds' step ranges do not overlap."""
+    curves = []
+    for rec in records:
+        steps, y = rec.steps, rec.series(key)
+        ok = _finite(steps, y)
+        if ok.any():
+            curves.append((steps[ok], y[ok]))
+    if not curves:
+        return None
+    start, end = max(s[0] for s, _ in curves), min(s[-1] for s, _ in curves)
+    grid = np.unique(np.concatenate([s[(s >= start) & (s <= end)] for s, _ in curves]))
+    if not len(grid):
+        return None
+    values = np.array([np.interp(np.log(grid), np.log(s), y) for s, y in curves])  # (seeds, steps)
+    mean = values.mean(axis=0)
+    k = len(curves)
+    if k < 2:
+        return SeedMean(grid, mean, None, None, 1)
+    half = stats.t.ppf(0.975, k - 1) * values.std(axis=0, ddof=1) / math.sqrt(k)
+    return SeedMean(grid, mean, mean - half, mean + half, k)
+
+
+SEED_STYLE = dict(lw=0.6, alpha=0.55)
+"""Each seed's curve where a cell has several seeds (thin, faint)."""
+
+CELL_MEAN_STYLE = dict(lw=2.0)
+"""The cell's mean over seeds (bold)."""
+
+
+def _run_band(rec: RunRecord, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The 95 % band of one run's ``key`` per evaluation: f_mem's bootstrap interval, the quality metric's
+    :func:`_quality_band`; None when not recorded."""
+    if key != "f_mem":
+        return _quality_band(rec)
+    lo, hi = rec.series("f_mem_lo"), rec.series("f_mem_hi")
+    return (lo, hi) if (np.isfinite(lo) & np.isfinite(hi)).any() else None
+
+
+def _clip_band(key: str, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """f_mem bands inside [0, 1]; quality bands (log axis) no lower than half the curve."""
+    if key == "f_mem":
+        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+    return np.maximum(lo, y * 0.5), hi
+
+
+def draw_cell_curves(ax, records: Sequence[RunRecord], key: str, color, *, per_x: float = 1.0) -> tuple[bool, bool]:
+    """The metric ``key`` of one cell (the seeds of one N and W) against step / ``per_x``.
+
+    One seed: its curve with dots and its own 95 % band (:func:`_run_band`). Several seeds: each seed thin
+    (:data:`SEED_STYLE`), their mean bold (:data:`CELL_MEAN_STYLE`) with the 95 % t interval over seeds as the band
+    (:func:`mean_over_seeds`). Returns (a band was drawn, the cell has several seeds)."""
+    drawn = [rec for rec in records if _finite(rec.steps, rec.series(key)).any()]
+    if len(drawn) == 1:
+        rec = drawn[0]
+        x, y = rec.steps / per_x, rec.series(key)
+        ok = _finite(x, y)
+        ax.plot(x[ok], y[ok], color=color, marker=".", ms=2.5)
+        band = _run_band(rec, key)
+        if band is None:
+            return False, False
+        keep = ok & np.isfinite(band[0]) & np.isfinite(band[1])
+        if not keep.any():
+            return False, False
+        lo, hi = _clip_band(key, y[keep], band[0][keep], band[1][keep])
+        _mark_interval(ax.fill_between(x[keep], lo, hi, color=color, alpha=0.25, lw=0))
+        return True, False
+    for rec in drawn:
+        x, y = rec.steps / per_x, rec.series(key)
+        ok = _finite(x, y)
+        ax.plot(x[ok], y[ok], color=color, **SEED_STYLE)
+    cell = mean_over_seeds(drawn, key)
+    if cell is None:
+        return False, len(drawn) > 1
+    ax.plot(cell.steps / per_x, cell.mean, color=color, **CELL_MEAN_STYLE)
+    lo, hi = _clip_band(key, cell.mean, cell.lo, cell.hi)
+    _mark_interval(ax.fill_between(cell.steps / per_x, lo, hi, color=color, alpha=0.25, lw=0))
+    return True, True
+
+
+def _curve_legend_extras(band: bool, seeded: bool, band_label: str = "95 % interval") -> list[Line2D]:
+    """Legend entries for what :func:`draw_cell_curves` drew: the band, and with seeds the thin and bold lines."""
+    extra = []
+    if seeded:
+        extra += [Line2D([], [], color="0.3", **SEED_STYLE, label="each seed"),
+                  Line2D([], [], color="0.3", **CELL_MEAN_STYLE, label="mean over seeds")]
+    if band:
+        text = "95 % interval of the mean (t, over seeds)" if seeded else band_label
+        extra.append(Line2D([], [], color="0.5", lw=5, alpha=0.3, label=text))
+    return extra
+
+
 def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
     """FID/FD (with its 95 % sampling band where recorded) and f_mem (symlog, with its 95 % bootstrap band) against the
-    step for every N at one width, and a strip with each N's window [tau_gen, tau_mem] and their 95 % intervals."""
+    step for every N at one width, and a strip with each N's window [tau_gen, tau_mem] and their 95 % intervals. A cell
+    with several seeds draws each seed thin and their mean bold with its 95 % interval over seeds
+    (:func:`draw_cell_curves`)."""
     name = f"window_w{width:02d}"
     rows = data.rows_of_width(width)
     records = [data.records[r["run"]] for r in rows]
@@ -295,27 +408,15 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     ax_fid = axes[0] if has_fid else None
     ax_mem = axes[len(heights) - 2] if has_mem else None
     ax_win = axes[-1]
-    fid_band = False
-    for row, rec in zip(rows, records):
-        c = colors[row["n"]]
-        steps = rec.steps
+    fid_band = mem_band = seeded = False
+    for n in ns:
+        cell = [data.records[r["run"]] for r in rows if r["n"] == n]
         if ax_fid is not None:
-            fid = rec.series("fid")
-            ok = _finite(steps, fid)
-            ax_fid.plot(steps[ok], fid[ok], color=c, marker=".", ms=2.5)
-            band = _quality_band(rec)
-            if band is not None:
-                keep = ok & np.isfinite(band[0]) & np.isfinite(band[1])
-                _mark_interval(ax_fid.fill_between(steps[keep], np.maximum(band[0][keep], fid[keep] * 0.5),
-                                                   band[1][keep], color=c, alpha=0.25, lw=0))
-                fid_band = True
+            band, many = draw_cell_curves(ax_fid, cell, "fid", colors[n])
+            fid_band, seeded = fid_band or band, seeded or many
         if ax_mem is not None:
-            f, lo, hi = rec.series("f_mem"), rec.series("f_mem_lo"), rec.series("f_mem_hi")
-            ok = _finite(steps, f)
-            ax_mem.plot(steps[ok], f[ok], color=c, marker=".", ms=2.5)
-            band = ok & np.isfinite(lo) & np.isfinite(hi)
-            if band.any():
-                _mark_interval(ax_mem.fill_between(steps[band], lo[band], hi[band], color=c, alpha=0.3, lw=0))
+            band, many = draw_cell_curves(ax_mem, cell, "f_mem", colors[n])
+            mem_band, seeded = mem_band or band, seeded or many
     any_bound = any_empty = False
     for i, n in enumerate(ns):
         cell = [r for r in rows if r["n"] == n]
@@ -343,19 +444,18 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
                      "whiskers: 95 % intervals" + ("\n" + "; ".join(notes) if notes else ""), fontsize=6.5,
                      loc="left")
     ax_win.set_xscale("log")
-    band_handle = [Line2D([], [], color="0.5", lw=5, alpha=0.3, label="95 % interval")]
     if ax_fid is not None:
         ax_fid.set_yscale("log")
         ax_fid.set_ylabel(_quality_label(records) + ", lower is better")
         ax_fid.set_title(f"W = {width}")
-        _legend_by_n(ax_fid, ns, colors, extra=band_handle if fid_band else ())
+        _legend_by_n(ax_fid, ns, colors, extra=_curve_legend_extras(fid_band, seeded))
     if ax_mem is not None:
         f_mem_axis(ax_mem)
         if ax_fid is None:
             ax_mem.set_title(f"W = {width}")
-            _legend_by_n(ax_mem, ns, colors, extra=band_handle)
-        else:
-            ax_mem.legend(handles=band_handle, loc="upper left")
+            _legend_by_n(ax_mem, ns, colors, extra=_curve_legend_extras(mem_band, seeded))
+        elif mem_band:
+            ax_mem.legend(handles=_curve_legend_extras(mem_band, seeded)[-1:], loc="upper left")
     ax_win.set_xlabel("training step")
     fig.canvas.draw()  # final limits before choosing ticks
     readable_log_axis(ax_win.xaxis)
@@ -367,8 +467,8 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
 # --- 2. collapse ----------------------------------------------------------------------------------------------------
 
 def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
-    """f_mem (symlog, with its 95 % band) against step / N, one panel per width that has at least two N; the x axis
-    starts at half the earliest onset interval's lower end (tau_mem_lo / N), where the curves leave 0."""
+    """f_mem (symlog, with its 95 % band) against step / N, one panel per width that has at least two N (several seeds:
+    each thin, their mean bold, as in :func:`plot_window`); the x axis starts at half the earliest onset interval's lower end (tau_mem_lo / N), where the curves leave 0."""
     with_mem = [w for w in _several_n(data)
                 if any(np.isfinite(data.records[r["run"]].series("f_mem")).any() for r in data.rows_of_width(w))]
     if not with_mem:
@@ -382,27 +482,25 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         rows = data.rows_of_width(w)
         ns = sorted({r["n"] for r in rows})
         starts, ends = [], []
-        for row in rows:
-            rec = data.records[row["run"]]
-            x, f = rec.steps / row["n"], rec.series("f_mem")
-            lo, hi = rec.series("f_mem_lo"), rec.series("f_mem_hi")
-            ok = _finite(x, f)
-            ax.plot(x[ok], f[ok], color=colors[row["n"]], marker=".", ms=2.5)
-            band = ok & np.isfinite(lo) & np.isfinite(hi)
-            if band.any():
-                _mark_interval(ax.fill_between(x[band], lo[band], hi[band], color=colors[row["n"]], alpha=0.3,
-                                               lw=0))
-            if ok.any():
-                ends.append(float(x[ok][-1]))
-            if row.get("tau_mem_lo") is not None and not row.get("tau_mem_censored"):
-                starts.append(row["tau_mem_lo"] / row["n"])
+        band = seeded = False
+        for n in ns:
+            cell = [r for r in rows if r["n"] == n]
+            drawn, many = draw_cell_curves(ax, [data.records[r["run"]] for r in cell], "f_mem", colors[n], per_x=n)
+            band, seeded = band or drawn, seeded or many
+            for row in cell:
+                rec = data.records[row["run"]]
+                ok = _finite(rec.steps, rec.series("f_mem"))
+                if ok.any():
+                    ends.append(float(rec.steps[ok][-1] / n))
+                if row.get("tau_mem_lo") is not None and not row.get("tau_mem_censored"):
+                    starts.append(row["tau_mem_lo"] / n)
         ax.set_xscale("log")
         if starts and ends and min(starts) / 2 < max(ends):
             ax.set_xlim(min(starts) / 2, max(ends) * 1.2)
         ax.set_xlabel(r"training step / $N$ (steps per training image)")
         ax.set_title(f"W = {w}")
-        _legend_by_n(ax, ns, colors, extra=[Line2D([], [], color="0.5", lw=5, alpha=0.3, label="95 % interval")],
-                     loc="upper left")
+        _legend_by_n(ax, ns, colors, extra=_curve_legend_extras(band, seeded), loc="upper center",
+                     bbox_to_anchor=(0.5, -0.3))
     f_mem_axis(axes[0])
     fig.canvas.draw()
     for ax in axes:

@@ -2,6 +2,7 @@
 figure drawn passes the mechanical readability checks of diffmem.figure_checks."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -105,9 +106,10 @@ WITH_INTERVALS = ("window", "collapse", "scaling", "width")
 
 @pytest.fixture(scope="module")
 def n_sweep(tmp_path_factory):
-    """One width, four N within a decade, two seeds (as results/cpu_digits): the N ticks of a log axis are minor."""
+    """One width, four N within a decade, three seeds (as results/cpu_digits, with seeds): the N ticks of a log axis
+    are minor; the window and collapse figures draw each seed thin and the cell mean bold."""
     root = tmp_path_factory.mktemp("n_sweep")
-    write_synthetic_experiment(root, [16, 32, 64, 128], widths=[8], seeds=[0, 1], n_evals=24,
+    write_synthetic_experiment(root, [16, 32, 64, 128], widths=[8], seeds=[0, 1, 2], n_evals=24,
                                steps=lambda n, w: max(5000, 250 * n), tau_gen=lambda n, w: 700 * (n / 16) ** -0.15,
                                tau_mem=lambda n, w: 80.0 * n, fid_extractor="diffmem-pixels")
     return root, analyze(root)
@@ -188,3 +190,45 @@ def test_the_checks_find_what_they_look_for():
     ax.set_xlabel("x")
     ax.set_ylabel("a y label far too long for a figure 2.6 inches high, so that both of its ends are cut off")
     assert any("cut off" in p for p in figure_problems(fig))
+
+
+# --- seeds: each seed thin, the cell mean bold (issue #29, item 3) --------------------------------------------------
+
+def test_mean_over_seeds_is_the_mean_with_its_t_interval(tmp_path):
+    """Three planted seeds of one cell: the mean curve at the shared steps is the arithmetic mean of the recorded
+    f_mem values and its band the 95 % Student-t interval (t(0.975, 2) = 4.303) of that mean."""
+    from scipy import stats
+
+    from diffmem.analysis.runfiles import read_run
+
+    runs = write_synthetic_experiment(tmp_path, [64], widths=[8], seeds=[0, 1, 2], steps=20_000, n_evals=16,
+                                      tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 2000.0)
+    records = [read_run(r.path) for r in runs]
+    cell = plots.mean_over_seeds(records, "f_mem")
+    values = np.array([rec.series("f_mem") for rec in records])
+    assert cell.seeds == 3
+    assert np.array_equal(cell.steps, records[0].steps)  # the seeds share their evaluation steps
+    assert np.allclose(cell.mean, values.mean(axis=0))
+    half = stats.t.ppf(0.975, 2) * values.std(axis=0, ddof=1) / np.sqrt(3)
+    assert np.allclose(cell.hi - cell.mean, half) and np.allclose(cell.mean - cell.lo, half)
+    assert (half[-3:] > 0).all() and (half[:3] == 0).all()  # seeds differ once they copy, agree at 0 before
+    single = plots.mean_over_seeds(records[:1], "f_mem")
+    assert single.seeds == 1 and single.lo is None and np.allclose(single.mean, values[0])
+
+
+def test_seeded_cells_draw_each_seed_thin_and_the_mean_bold(n_sweep):
+    """In the window and collapse figures of the 3-seed N sweep every cell has 3 thin seed curves and one bold mean
+    whose y data is the mean of the seeds' f_mem; the band over seeds is marked as an interval."""
+    root, summary = n_sweep
+    figures = {r.name: r.figure for r in summary.figures if r.figure is not None}
+    data = plots.load_experiment_files(root)
+    for name, axes_index in (("window_w08", 1), ("collapse", 0)):
+        ax = figures[name].axes[axes_index]
+        thin = [ln for ln in ax.get_lines() if ln.get_linewidth() == plots.SEED_STYLE["lw"]]
+        bold = [ln for ln in ax.get_lines() if ln.get_linewidth() == plots.CELL_MEAN_STYLE["lw"]]
+        assert len(thin) == 4 * 3 and len(bold) == 4, name
+        for n, line in zip(sorted(data.ns), bold):
+            records = [data.records[r["run"]] for r in data.rows if r["n"] == n]
+            expected = np.mean([rec.series("f_mem") for rec in records], axis=0)
+            assert np.allclose(line.get_ydata(), expected), (name, n)
+        assert any(c.get_gid() == INTERVAL_GID for c in ax.collections)
