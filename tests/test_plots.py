@@ -27,7 +27,7 @@ def experiment(tmp_path_factory):
 
 def test_every_figure_is_written_as_png_and_pdf(experiment):
     root, summary = experiment
-    results = {r.name: r for r in summary.figures}
+    results = {r.name: r for r in summary.figures if r.name != "gallery"}  # no sample grids: see the gallery tests
     assert set(results) == ALL_FIGURES
     for result in results.values():
         assert result.skipped is None, result
@@ -232,3 +232,87 @@ def test_seeded_cells_draw_each_seed_thin_and_the_mean_bold(n_sweep):
             expected = np.mean([rec.series("f_mem") for rec in records], axis=0)
             assert np.allclose(line.get_ydata(), expected), (name, n)
         assert any(c.get_gid() == INTERVAL_GID for c in ax.collections)
+
+
+# --- memorization gallery (issue #29, item 2) -----------------------------------------------------------------------
+
+def test_gallery_steps_pick_one_grid_per_phase():
+    """Known answers on a planted list of grid steps: before tau_gen the grid nearest the log-middle of [first grid,
+    tau_gen_lo], inside the window the one nearest sqrt(tau_gen * tau_mem), after tau_mem the last grid."""
+    steps = [1, 10, 100, 300, 1000, 2000, 4000, 8000, 16000]
+    row = {"tau_gen": 900.0, "tau_gen_lo": 400.0, "tau_gen_hi": 1000.0, "tau_mem": 9000.0, "tau_mem_lo": 8000.0,
+           "tau_mem_hi": 16000.0}
+    # log-middle of [1, 400] is 20 -> 10; of [900, 9000] is 2846 -> 4000 (|ln 4000/2846| = 0.340 < |ln 2000/2846|)
+    assert plots.gallery_steps(steps, row) == {"before tau_gen": 10, "inside the window": 4000,
+                                               "after tau_mem": 16000}
+    assert plots.gallery_steps(steps[:-1], row)["after tau_mem"] is None  # last grid 8000 < tau_mem_hi
+    empty = {**row, "tau_mem": 800.0, "tau_mem_hi": 1000.0}
+    assert plots.gallery_steps(steps, empty)["inside the window"] is None  # tau_mem <= tau_gen: no window
+    assert plots.usable_timescales(row) is None
+    assert "censored" in plots.usable_timescales({**row, "tau_mem_censored": True, "tau_mem_hi": None})
+    assert plots.usable_timescales({**row, "tau_gen": None}) == "no tau_gen"
+
+
+@pytest.fixture(scope="module")
+def gallery_experiment(tmp_path_factory):
+    """One width, N = 64 and 256 with two seeds each and stored sample grids; the seed 0 of N = 256 lost its grids;
+    N = 1024 never memorizes (tau_mem censored)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("gallery")
+    write_synthetic_experiment(root, [64, 256], widths=[8], seeds=[0, 1], steps=50_000, n_evals=20,
+                               tau_gen=lambda n, w: 2000.0, tau_mem=lambda n, w: 60.0 * n, sample_grids=True)
+    write_synthetic_run(root / "n01024_w08_s0", n=1024, width=8, steps=50_000, tau_gen=2000.0, tau_mem=None,
+                        n_evals=20, sample_grids=True)
+    shutil.rmtree(root / "n00256_w08_s0" / "samples")
+    return root, analyze(root)
+
+
+def _red_frames(image: np.ndarray, size: int) -> int:
+    """Tiles of a stored sample grid (diffmem.samplegrid layout, S = ``size``) whose frame is red."""
+    step = size + 3  # a tile of S + 2 and 1 pixel of padding
+    count = 0
+    for y in range(1, image.shape[0] - 1, step):
+        for x in range(1, image.shape[1] - 1, step):
+            r, g, b = image[y, x, :3]
+            count += bool(r > 0.9 and g < 0.2 and b < 0.2)
+    return count
+
+
+def test_gallery_shows_the_stored_grids_before_inside_and_after(gallery_experiment):
+    import matplotlib.image
+
+    root, summary = gallery_experiment
+    results = {r.name: r for r in summary.figures if r.name.startswith("gallery")}
+    assert set(results) == {"gallery_n00064_w08", "gallery_n00256_w08", "gallery_n01024_w08"}
+    never = results["gallery_n01024_w08"]
+    assert never.skipped and "tau_mem is censored" in never.skipped and "\n" not in never.skipped
+    assert "skipped gallery_n01024_w08: " in summary.format()
+    data = plots.load_experiment_files(root)
+    for name, run in (("gallery_n00064_w08", "n00064_w08_s0"), ("gallery_n00256_w08", "n00256_w08_s1")):
+        result = results[name]
+        assert result.skipped is None and [p.name for p in result.files] == [f"{name}.png", f"{name}.pdf"]
+        assert figure_problems(result.figure, name=name) == []
+        assert run in result.figure.get_suptitle()  # N = 256's seed 0 has no grids: seed 1 is shown
+        (row,) = [r for r in data.rows if r["run"] == run]
+        record = data.records[run]
+        chosen = plots.gallery_steps(plots.grid_steps(record), row)
+        assert chosen["before tau_gen"] < row["tau_gen"] <= chosen["inside the window"] <= row["tau_mem"]
+        assert chosen["after tau_mem"] == record.steps[-1]
+        for ax, (phase, step) in zip(result.figure.axes, chosen.items()):
+            (shown,) = ax.get_images()
+            stored = matplotlib.image.imread(root / run / "samples" / f"step_{step:09d}.png")
+            scale = shown.get_array().shape[1] // stored.shape[1]
+            assert scale >= 2 and shown.get_interpolation() == "nearest"
+            assert np.array_equal(shown.get_array(), np.repeat(np.repeat(stored, scale, 0), scale, 1))
+            evaluation = next(e for e in record.evaluations if e["step"] == step)
+            assert f"step {step}" in ax.get_title(loc="left")
+            assert f"= {evaluation['f_mem']:.3g}" in ax.get_title(loc="left")
+            copies = _red_frames(stored, size=32)
+            assert (copies > 0) == (phase == "after tau_mem"), (phase, copies)  # planted f_mem is 0 before tau_mem
+
+
+def test_no_gallery_without_stored_grids(experiment):
+    _, summary = experiment
+    (gallery,) = [r for r in summary.figures if r.name.startswith("gallery")]
+    assert gallery.name == "gallery" and "no run has stored sample grids" in gallery.skipped
