@@ -42,7 +42,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 from scipy import stats
 
-from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run
+from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run, write_figure_index
 from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
 from diffmem.figure_checks import INTERVAL_GID
 from diffmem.io import atomic_write_bytes
@@ -1119,7 +1119,8 @@ def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = Non
                  phase_threshold: float | None = None,
                  phase_times: Sequence[float] | None = None) -> list[FigureResult]:
     """Draw every figure of ``experiment_dir`` (after `diffmem analyze`) into ``out_dir`` (default
-    ``experiment_dir/figures``); each result keeps its Figure. ``phase_threshold``: see :func:`memorizing_at`
+    ``experiment_dir/figures``) and list them, drawn or skipped with the reason, in ``out_dir/index.json``
+    (diffmem.analysis.runfiles.FIGURE_INDEX, read by the report page); each result keeps its Figure. ``phase_threshold``: see :func:`memorizing_at`
     (None: tau_mem's rule); ``phase_times``: the training times (steps) of the (N, p) panels."""
     data = load_experiment_files(experiment_dir)
     out_dir = data.directory / "figures" if out_dir is None else Path(out_dir)
@@ -1132,4 +1133,5 @@ def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = Non
         results.append(plot_phase(data, out_dir, threshold=phase_threshold, times=phase_times))
         results.append(plot_loss_gap(data, out_dir))
         results += plot_galleries(data, out_dir)
+    write_figure_index(out_dir, ((r.name, [p.name for p in r.files], r.skipped) for r in results))
     return results
