@@ -218,11 +218,12 @@ def new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANE
 
 
 def save_figure(fig: Figure, out_dir: Path, name: str) -> FigureResult:
-    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically; the result keeps ``fig``."""
+    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically (the PDF without a creation
+    date, so that redrawing unchanged data leaves the file unchanged); the result keeps ``fig``."""
     files = []
     for fmt in ("png", "pdf"):
         buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt)
+        fig.savefig(buffer, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else None)
         path = out_dir / f"{name}.{fmt}"
         atomic_write_bytes(path, buffer.getvalue())
         files.append(path)
@@ -443,13 +444,13 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     ax_win.grid(axis="y", visible=False)
     notes = ["hatched: $\\tau_\\mathrm{mem}$ only a lower bound"] * any_bound
     notes += ["| = $\\tau_\\mathrm{mem}$ before $\\tau_\\mathrm{gen}$: no window"] * any_empty
-    ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N (median over seeds); black "
+    ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N (median over seeds)\nblack "
                      "whiskers: 95 % intervals" + ("\n" + "; ".join(notes) if notes else ""), fontsize=6.5,
                      loc="left")
     ax_win.set_xscale("log")
     if ax_fid is not None:
         ax_fid.set_yscale("log")
-        ax_fid.set_ylabel(_quality_label(records) + ", lower is better")
+        ax_fid.set_ylabel(_quality_label(records) + "\n(lower is better)")  # two lines: "FD (<extractor>)" is long
         ax_fid.set_title(f"W = {width}")
         _legend_by_n(ax_fid, ns, colors, extra=_curve_legend_extras(fid_band, seeded))
     if ax_mem is not None:
