@@ -261,7 +261,8 @@ def _envelope(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float] |
 def _legend_by_n(ax, ns: Sequence[int], colors: dict[int, Any], title: str = "N", extra: Sequence[Any] = (),
                  **kwargs) -> None:
     handles = [Line2D([], [], color=colors[n], label=str(n)) for n in ns] + list(extra)
-    ax.legend(handles=handles, title=title, ncols=2 if len(handles) > 5 else 1, **{"loc": "best", **kwargs})
+    kwargs = {"loc": "best", "ncols": 2 if len(handles) > 5 else 1, **kwargs}
+    ax.legend(handles=handles, title=title, **kwargs)
 
 
 def _several_n(data: "ExperimentFiles") -> list[int]:
@@ -480,7 +481,7 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
             return FigureResult("collapse", skipped="no f_mem recorded")
         return FigureResult("collapse", skipped=f"only one N per width (N={', '.join(map(str, data.ns))}): nothing "
                                                 "to collapse")
-    fig, axes = new_figure(len(with_mem), sharey=True)
+    fig, axes = new_figure(len(with_mem), size=(3.4, 3.4), sharey=True)  # the legend lies below the axes
     colors = n_colors(data.ns)
     for ax, w in zip(axes, with_mem):
         rows = data.rows_of_width(w)
@@ -504,7 +505,7 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         ax.set_xlabel(r"training step / $N$ (steps per training image)")
         ax.set_title(f"W = {w}")
         _legend_by_n(ax, ns, colors, extra=_curve_legend_extras(band, seeded), loc="upper center",
-                     bbox_to_anchor=(0.5, -0.3))
+                     bbox_to_anchor=(0.5, -0.24), ncols=3)
     f_mem_axis(axes[0])
     fig.canvas.draw()
     for ax in axes:
