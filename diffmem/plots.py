@@ -505,7 +505,7 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         ax.set_xlabel(r"training step / $N$ (steps per training image)")
         ax.set_title(f"W = {w}")
         _legend_by_n(ax, ns, colors, extra=_curve_legend_extras(band, seeded), loc="upper center",
-                     bbox_to_anchor=(0.5, -0.24), ncols=3)
+                     bbox_to_anchor=(0.5, -0.24), ncols=2 if seeded else 3)
     f_mem_axis(axes[0])
     fig.canvas.draw()
     for ax in axes:
