@@ -111,3 +111,17 @@ def test_a_missing_figure_is_not_linked_and_no_figures_is_said(experiment, tmp_p
     page = (plain / "report.md").read_text()
     assert "figures: none drawn" in page and "](figures/" not in page
     assert write_report(plain) == plain / "report.md"
+
+
+def test_a_law_whose_goodness_of_fit_fails_is_listed_as_unresolved(tmp_path):
+    """A planted bend: tau_mem flat from N = 16 to 32 (2560 steps), then 80 N; no single line passes through every
+    run's interval, and the report lists the flags of that law with the cells whose removal lets one pass."""
+    write_synthetic_experiment(tmp_path, [16, 32, 64, 128], widths=[8], steps=40_000, n_evals=40,
+                               tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 80.0 * max(n, 32))
+    analyze(tmp_path, figures=False)
+    gof = load_fits(tmp_path)["tau_mem_vs_n"].pooled.gof
+    assert gof.line_through_intervals is False
+    text = (tmp_path / "report.md").read_text()
+    unresolved = text.split("## What the analysis could not resolve")[1]
+    assert "- goodness of fit: `tau_mem_vs_n` (all runs): " + "; ".join(gof.flagged()) in unresolved
+    assert "no single line passes through every run's interval" in unresolved

@@ -12,6 +12,7 @@ links are relative, so the page works wherever the folder is copied). Sections:
    95 % interval, prefactor, runs and cells, goodness of fit (lack-of-fit p-value or why none) and the fit method;
 4. figures, then 5. galleries: each drawn figure as an image with a link to its PDF;
 6. what the analysis could not resolve: censored timescales, runs still training, laws not fitted with the reason,
+   fitted laws whose goodness of fit flags a problem (no line through every interval, lack of fit, an outlier),
    the notes of fits.json, figures skipped with the reason.
 
 Steps are optimizer steps throughout.
@@ -144,9 +145,10 @@ def _fit_row(law: str, group: str, fit: PowerLawFit) -> list[str]:
                                                               if fit.censored else ""), gof]
 
 
-def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
-    """(table rows of the fitted laws, lines of the laws not fitted with the reason)."""
-    rows, not_fitted = [], []
+def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[list[str]], list[str], list[str]]:
+    """(table rows of the fitted laws, lines of the laws not fitted with the reason, lines of the fitted laws whose
+    goodness of fit flags a problem: :meth:`GoodnessOfFit.flagged`)."""
+    rows, not_fitted, flagged = [], [], []
     for name, fit_set in fits.items():
         entries = [("all runs", fit_set.pooled)]
         if len(fit_set.groups) > 1 and fit_set.pooled.fitted:  # an unfitted pooled law says why once
@@ -154,6 +156,9 @@ def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[li
         for group, fit in entries:
             if fit.fitted:
                 rows.append(_fit_row(name, group, fit))
+                flags = fit.gof.flagged() if fit.gof is not None else []
+                if flags:
+                    flagged.append(f"`{name}` ({group}): " + "; ".join(flags))
             else:
                 not_fitted.append(f"`{name}` ({group}): {fit.reason}")
     for name, d in fits_json.items():
@@ -167,7 +172,7 @@ def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[li
         gof = GoodnessOfFit.from_dict(d["goodness_of_fit"]).summary() if d.get("goodness_of_fit") else "-"
         rows.append([f"`{name}`", "all runs", " and ".join(d["x"]), "; ".join(terms), f"{d['prefactor']:.3g}",
                      f"{d['n_runs']} runs in {len(d.get('cells', []))} cells", gof])
-    return rows, not_fitted
+    return rows, not_fitted, flagged
 
 
 def laws_section(fits_json: dict[str, Any], rows: Sequence[list[str]]) -> list[str]:
@@ -201,10 +206,10 @@ def figures_section(title: str, entries: Sequence[dict[str, Any]], figures_dir: 
     return lines
 
 
-def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str], fits_json: dict[str, Any],
-                       entries: Sequence[dict[str, Any]] | None) -> list[str]:
-    """What the analysis could not resolve: censored timescales, runs still training, laws not fitted, fits.json's
-    notes, figures skipped (each with its reason)."""
+def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str], flagged: Sequence[str],
+                       fits_json: dict[str, Any], entries: Sequence[dict[str, Any]] | None) -> list[str]:
+    """What the analysis could not resolve: censored timescales, runs still training, laws not fitted, fitted laws
+    whose goodness of fit flags a problem, fits.json's notes, figures skipped (each with its reason)."""
     items = []
     for r in rows:
         for key in [k for k, _ in TIMESCALES] + _level_keys(rows):
@@ -219,6 +224,7 @@ def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str]
         if r.get("state") != "done":
             items.append(f"still training: `{r['run']}` ({r.get('state')}, {steps_text(r.get('steps'))} steps so far)")
     items += [f"not fitted: {line}" for line in not_fitted]
+    items += [f"goodness of fit: {line}" for line in flagged]
     items += [f"note: {note}" for note in fits_json.get("notes", [])]
     if entries is None:
         items.append("figures: none drawn (`diffmem analyze` ran with --no-figures or into --out)")
@@ -239,7 +245,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     records = read_experiment(experiment_dir)
     rows = read_csv(analysis_dir / "summary.csv")
     fits_json = read_json(analysis_dir / "fits.json")
-    fit_rows, not_fitted = _fits_made(fits_json, load_fits(analysis_dir / "fits.json"))
+    fit_rows, not_fitted, flagged = _fits_made(fits_json, load_fits(analysis_dir / "fits.json"))
     figures_dir = analysis_dir / "figures"
     entries = read_figure_index(figures_dir)
     figures = [e for e in entries or () if not e["name"].startswith("gallery")]
@@ -254,7 +260,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     lines += laws_section(fits_json, fit_rows)
     lines += figures_section("Figures", figures, figures_dir, "figures")
     lines += figures_section("Galleries", galleries, figures_dir, "figures")
-    lines += unresolved_section(rows, not_fitted, fits_json, entries)
+    lines += unresolved_section(rows, not_fitted, flagged, fits_json, entries)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
