@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
-import torch.nn.functional as F
-from torchvision.utils import make_grid, save_image
 
 from diffmem.config import ConfigError, RunConfig
 from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to_model, to_pixels, to_uint8
@@ -28,9 +26,8 @@ from diffmem.metrics.memorization import memorized_fraction
 from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
 from diffmem.rundir import RunDir, RunLock
+from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
 from diffmem.schedule import evaluation_steps
-
-GRID_PAIRS = 32  # samples shown in each sample grid, each above its nearest training image
 
 
 class CheckpointDamaged(RuntimeError):
@@ -231,33 +228,12 @@ class Evaluator:
             return self.evaluate(model, step, n_samples=n_samples)
 
     def _save_grid(self, samples: torch.Tensor, idx1: torch.Tensor, memorized: torch.Tensor, step: int) -> None:
-        """Save ``samples/step_XXXXXXXXX.png``: rows of samples above their nearest training images; memorized
-        samples framed in red, others in grey."""
+        """Save ``samples/step_XXXXXXXXX.png`` (diffmem.samplegrid): the first samples above their nearest training
+        images; memorized samples framed in red, others in grey."""
         k = min(GRID_PAIRS, len(samples))
-        mean = self.splits.mean.to(samples.device)
-        shown = to_pixels(samples[:k], mean).cpu()
-        nearest = to_pixels(self.train_x[idx1[:k].to(self.train_x.device)], self.splits.mean.to(self.device)).cpu()
-        red, grey = torch.tensor([1.0, 0.1, 0.1]), torch.tensor([0.5, 0.5, 0.5])
-        colors = torch.where(memorized[:k].cpu().view(-1, 1), red, grey)
-
-        def framed(x: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
-            """(b, 1, S, S) images -> (b, 3, S+2, S+2) with a 1-pixel frame of the colors ``frame`` (b, 3)."""
-            out = frame.view(-1, 3, 1, 1).expand(-1, -1, x.shape[2] + 2, x.shape[3] + 2).clone()
-            out[:, :, 1:-1, 1:-1] = x.expand(-1, 3, -1, -1)
-            return out
-
-        per_row = min(16, k)
-        rows = []
-        for start in range(0, k, per_row):
-            part = slice(start, start + per_row)
-            rows += [framed(shown[part], colors[part]),
-                     F.pad(nearest[part], (1, 1, 1, 1), value=1.0).expand(-1, 3, -1, -1)]
-        tiles = torch.cat([torch.cat([r, torch.ones(per_row - len(r), *r.shape[1:])]) for r in rows])
-        path = self.run.samples_path(step)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp.png")
-        save_image(make_grid(tiles, nrow=per_row, padding=1, pad_value=1.0), tmp)
-        tmp.replace(path)
+        shown = to_pixels(samples[:k], self.splits.mean.to(samples.device))
+        nearest = to_pixels(self.train_x[idx1[:k].to(self.train_x.device)], self.splits.mean.to(self.device))
+        write_sample_grid(self.run.samples_path(step), shown, nearest, memorized[:k])
 
 
 def _open_run(run_dir: str | Path) -> tuple[RunDir, RunConfig]:

@@ -4,8 +4,9 @@
 :class:`FigureResult` per figure, written or skipped with the reason (e.g. width.png with a single width):
 
 - ``window_w{W}``: FID/FD (top) and f_mem with its 95% interval (bottom) against the training step, one colour per N,
-  the generalization window [tau_gen, tau_mem] of each N shaded (the paper's Fig. 2).
-- ``collapse``: f_mem against step / N, one panel per width.
+  the generalization window [tau_gen, tau_mem] of each N shaded (the paper's Fig. 2). Where a cell (N, W) has several
+  seeds, each seed's curve is thin and the cell's mean bold, with the 95 % t interval of the mean over seeds.
+- ``collapse``: f_mem against step / N, one panel per width (seeds as in the window figure).
 - ``scaling``: tau_mem and tau_gen against N (log-log), per width, with the fitted law and its bootstrap band;
   censored runs as open triangles (pointing up: lower bound).
 - ``width``: tau_gen and tau_mem / N against W (only with several widths), with a 1/W guide.
@@ -14,6 +15,8 @@
   memorizing and tau >= tau_gen; still learning before tau_gen; "not memorizing" when tau_gen is unknown or only a
   lower bound (the paper's Fig. 3).
 - ``loss_gap``: train (solid) and test (dashed) loss at the fixed diffusion time against the step, per N.
+- ``gallery_n{N:05d}_w{W:02d}``: per cell, one run's stored sample grids (samples above their nearest training
+  images, copies framed in red) before tau_gen, inside the window and after tau_mem, upscaled without smoothing.
 
 The quality axis is labelled with :func:`diffmem.metrics.fid.metric_label`: "FID" only for Inception features,
 "FD (<extractor>)" otherwise. Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot state).
@@ -30,14 +33,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib as mpl
+import matplotlib.image
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
+from scipy import stats
 
-from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run
+from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run, write_figure_index
 from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
 from diffmem.figure_checks import INTERVAL_GID
 from diffmem.io import atomic_write_bytes
@@ -213,11 +218,12 @@ def new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANE
 
 
 def save_figure(fig: Figure, out_dir: Path, name: str) -> FigureResult:
-    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically; the result keeps ``fig``."""
+    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically (the PDF without a creation
+    date, so that redrawing unchanged data leaves the file unchanged); the result keeps ``fig``."""
     files = []
     for fmt in ("png", "pdf"):
         buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt)
+        fig.savefig(buffer, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else None)
         path = out_dir / f"{name}.{fmt}"
         atomic_write_bytes(path, buffer.getvalue())
         files.append(path)
@@ -255,7 +261,8 @@ def _envelope(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float] |
 def _legend_by_n(ax, ns: Sequence[int], colors: dict[int, Any], title: str = "N", extra: Sequence[Any] = (),
                  **kwargs) -> None:
     handles = [Line2D([], [], color=colors[n], label=str(n)) for n in ns] + list(extra)
-    ax.legend(handles=handles, title=title, ncols=2 if len(handles) > 5 else 1, **{"loc": "best", **kwargs})
+    kwargs = {"loc": "best", "ncols": 2 if len(handles) > 5 else 1, **kwargs}
+    ax.legend(handles=handles, title=title, **kwargs)
 
 
 def _several_n(data: "ExperimentFiles") -> list[int]:
@@ -276,9 +283,120 @@ def _quality_band(rec: RunRecord) -> tuple[np.ndarray, np.ndarray] | None:
     return fid - 1.96 * se, fid + 1.96 * se
 
 
+@dataclass(frozen=True)
+class SeedMean:
+    """One metric averaged over the seeds of a cell (same N and W).
+
+    ``steps`` (optimizer steps, shape (m,)): every evaluated step of the seeds inside the range that all of them
+    cover; each seed's curve is interpolated there linearly in log step (exact at its own evaluations). ``mean``
+    (shape (m,)): the arithmetic mean over the seeds; ``lo``/``hi``: its 95 % Student-t interval over the seeds,
+    mean -+ t(0.975, k - 1) * sd / sqrt(k) (None with one seed); ``seeds``: k."""
+
+    steps: np.ndarray
+    mean: np.ndarray
+    lo: np.ndarray | None
+    hi: np.ndarray | None
+    seeds: int
+
+
+def mean_over_seeds(records: Sequence[RunRecord], key: str) -> SeedMean | None:
+    """:class:`SeedMean` of the metric ``key`` (a metrics.jsonl column) over ``records``, the seeds of one cell; None
+    when no seed has a value or the seeds' step ranges do not overlap."""
+    curves = []
+    for rec in records:
+        steps, y = rec.steps, rec.series(key)
+        ok = _finite(steps, y)
+        if ok.any():
+            curves.append((steps[ok], y[ok]))
+    if not curves:
+        return None
+    start, end = max(s[0] for s, _ in curves), min(s[-1] for s, _ in curves)
+    grid = np.unique(np.concatenate([s[(s >= start) & (s <= end)] for s, _ in curves]))
+    if not len(grid):
+        return None
+    values = np.array([np.interp(np.log(grid), np.log(s), y) for s, y in curves])  # (seeds, steps)
+    mean = values.mean(axis=0)
+    k = len(curves)
+    if k < 2:
+        return SeedMean(grid, mean, None, None, 1)
+    half = stats.t.ppf(0.975, k - 1) * values.std(axis=0, ddof=1) / math.sqrt(k)
+    return SeedMean(grid, mean, mean - half, mean + half, k)
+
+
+SEED_STYLE = dict(lw=0.6, alpha=0.55)
+"""Each seed's curve where a cell has several seeds (thin, faint)."""
+
+CELL_MEAN_STYLE = dict(lw=2.0)
+"""The cell's mean over seeds (bold)."""
+
+
+def _run_band(rec: RunRecord, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The 95 % band of one run's ``key`` per evaluation: f_mem's bootstrap interval, the quality metric's
+    :func:`_quality_band`; None when not recorded."""
+    if key != "f_mem":
+        return _quality_band(rec)
+    lo, hi = rec.series("f_mem_lo"), rec.series("f_mem_hi")
+    return (lo, hi) if (np.isfinite(lo) & np.isfinite(hi)).any() else None
+
+
+def _clip_band(key: str, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """f_mem bands inside [0, 1]; quality bands (log axis) no lower than half the curve."""
+    if key == "f_mem":
+        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+    return np.maximum(lo, y * 0.5), hi
+
+
+def draw_cell_curves(ax, records: Sequence[RunRecord], key: str, color, *, per_x: float = 1.0) -> tuple[bool, bool]:
+    """The metric ``key`` of one cell (the seeds of one N and W) against step / ``per_x``.
+
+    One seed: its curve with dots and its own 95 % band (:func:`_run_band`). Several seeds: each seed thin
+    (:data:`SEED_STYLE`), their mean bold (:data:`CELL_MEAN_STYLE`) with the 95 % t interval over seeds as the band
+    (:func:`mean_over_seeds`). Returns (a band was drawn, the cell has several seeds)."""
+    drawn = [rec for rec in records if _finite(rec.steps, rec.series(key)).any()]
+    if len(drawn) == 1:
+        rec = drawn[0]
+        x, y = rec.steps / per_x, rec.series(key)
+        ok = _finite(x, y)
+        ax.plot(x[ok], y[ok], color=color, marker=".", ms=2.5)
+        band = _run_band(rec, key)
+        if band is None:
+            return False, False
+        keep = ok & np.isfinite(band[0]) & np.isfinite(band[1])
+        if not keep.any():
+            return False, False
+        lo, hi = _clip_band(key, y[keep], band[0][keep], band[1][keep])
+        _mark_interval(ax.fill_between(x[keep], lo, hi, color=color, alpha=0.25, lw=0))
+        return True, False
+    for rec in drawn:
+        x, y = rec.steps / per_x, rec.series(key)
+        ok = _finite(x, y)
+        ax.plot(x[ok], y[ok], color=color, **SEED_STYLE)
+    cell = mean_over_seeds(drawn, key)
+    if cell is None:
+        return False, len(drawn) > 1
+    ax.plot(cell.steps / per_x, cell.mean, color=color, **CELL_MEAN_STYLE)
+    lo, hi = _clip_band(key, cell.mean, cell.lo, cell.hi)
+    _mark_interval(ax.fill_between(cell.steps / per_x, lo, hi, color=color, alpha=0.25, lw=0))
+    return True, True
+
+
+def _curve_legend_extras(band: bool, seeded: bool, band_label: str = "95 % interval") -> list[Line2D]:
+    """Legend entries for what :func:`draw_cell_curves` drew: the band, and with seeds the thin and bold lines."""
+    extra = []
+    if seeded:
+        extra += [Line2D([], [], color="0.3", **SEED_STYLE, label="each seed"),
+                  Line2D([], [], color="0.3", **CELL_MEAN_STYLE, label="mean over seeds")]
+    if band:
+        text = "95 % interval of the mean (t, over seeds)" if seeded else band_label
+        extra.append(Line2D([], [], color="0.5", lw=5, alpha=0.3, label=text))
+    return extra
+
+
 def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
     """FID/FD (with its 95 % sampling band where recorded) and f_mem (symlog, with its 95 % bootstrap band) against the
-    step for every N at one width, and a strip with each N's window [tau_gen, tau_mem] and their 95 % intervals."""
+    step for every N at one width, and a strip with each N's window [tau_gen, tau_mem] and their 95 % intervals. A cell
+    with several seeds draws each seed thin and their mean bold with its 95 % interval over seeds
+    (:func:`draw_cell_curves`)."""
     name = f"window_w{width:02d}"
     rows = data.rows_of_width(width)
     records = [data.records[r["run"]] for r in rows]
@@ -295,27 +413,15 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     ax_fid = axes[0] if has_fid else None
     ax_mem = axes[len(heights) - 2] if has_mem else None
     ax_win = axes[-1]
-    fid_band = False
-    for row, rec in zip(rows, records):
-        c = colors[row["n"]]
-        steps = rec.steps
+    fid_band = mem_band = seeded = False
+    for n in ns:
+        cell = [data.records[r["run"]] for r in rows if r["n"] == n]
         if ax_fid is not None:
-            fid = rec.series("fid")
-            ok = _finite(steps, fid)
-            ax_fid.plot(steps[ok], fid[ok], color=c, marker=".", ms=2.5)
-            band = _quality_band(rec)
-            if band is not None:
-                keep = ok & np.isfinite(band[0]) & np.isfinite(band[1])
-                _mark_interval(ax_fid.fill_between(steps[keep], np.maximum(band[0][keep], fid[keep] * 0.5),
-                                                   band[1][keep], color=c, alpha=0.25, lw=0))
-                fid_band = True
+            band, many = draw_cell_curves(ax_fid, cell, "fid", colors[n])
+            fid_band, seeded = fid_band or band, seeded or many
         if ax_mem is not None:
-            f, lo, hi = rec.series("f_mem"), rec.series("f_mem_lo"), rec.series("f_mem_hi")
-            ok = _finite(steps, f)
-            ax_mem.plot(steps[ok], f[ok], color=c, marker=".", ms=2.5)
-            band = ok & np.isfinite(lo) & np.isfinite(hi)
-            if band.any():
-                _mark_interval(ax_mem.fill_between(steps[band], lo[band], hi[band], color=c, alpha=0.3, lw=0))
+            band, many = draw_cell_curves(ax_mem, cell, "f_mem", colors[n])
+            mem_band, seeded = mem_band or band, seeded or many
     any_bound = any_empty = False
     for i, n in enumerate(ns):
         cell = [r for r in rows if r["n"] == n]
@@ -339,23 +445,22 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     ax_win.grid(axis="y", visible=False)
     notes = ["hatched: $\\tau_\\mathrm{mem}$ only a lower bound"] * any_bound
     notes += ["| = $\\tau_\\mathrm{mem}$ before $\\tau_\\mathrm{gen}$: no window"] * any_empty
-    ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N (median over seeds); black "
+    ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N (median over seeds)\nblack "
                      "whiskers: 95 % intervals" + ("\n" + "; ".join(notes) if notes else ""), fontsize=6.5,
                      loc="left")
     ax_win.set_xscale("log")
-    band_handle = [Line2D([], [], color="0.5", lw=5, alpha=0.3, label="95 % interval")]
     if ax_fid is not None:
         ax_fid.set_yscale("log")
-        ax_fid.set_ylabel(_quality_label(records) + ", lower is better")
+        ax_fid.set_ylabel(_quality_label(records) + "\n(lower is better)")  # two lines: "FD (<extractor>)" is long
         ax_fid.set_title(f"W = {width}")
-        _legend_by_n(ax_fid, ns, colors, extra=band_handle if fid_band else ())
+        _legend_by_n(ax_fid, ns, colors, extra=_curve_legend_extras(fid_band, seeded))
     if ax_mem is not None:
         f_mem_axis(ax_mem)
         if ax_fid is None:
             ax_mem.set_title(f"W = {width}")
-            _legend_by_n(ax_mem, ns, colors, extra=band_handle)
-        else:
-            ax_mem.legend(handles=band_handle, loc="upper left")
+            _legend_by_n(ax_mem, ns, colors, extra=_curve_legend_extras(mem_band, seeded))
+        elif mem_band:
+            ax_mem.legend(handles=_curve_legend_extras(mem_band, seeded)[-1:], loc="upper left")
     ax_win.set_xlabel("training step")
     fig.canvas.draw()  # final limits before choosing ticks
     readable_log_axis(ax_win.xaxis)
@@ -367,8 +472,8 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
 # --- 2. collapse ----------------------------------------------------------------------------------------------------
 
 def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
-    """f_mem (symlog, with its 95 % band) against step / N, one panel per width that has at least two N; the x axis
-    starts at half the earliest onset interval's lower end (tau_mem_lo / N), where the curves leave 0."""
+    """f_mem (symlog, with its 95 % band) against step / N, one panel per width that has at least two N (several seeds:
+    each thin, their mean bold, as in :func:`plot_window`); the x axis starts at half the earliest onset interval's lower end (tau_mem_lo / N), where the curves leave 0."""
     with_mem = [w for w in _several_n(data)
                 if any(np.isfinite(data.records[r["run"]].series("f_mem")).any() for r in data.rows_of_width(w))]
     if not with_mem:
@@ -376,33 +481,31 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
             return FigureResult("collapse", skipped="no f_mem recorded")
         return FigureResult("collapse", skipped=f"only one N per width (N={', '.join(map(str, data.ns))}): nothing "
                                                 "to collapse")
-    fig, axes = new_figure(len(with_mem), sharey=True)
+    fig, axes = new_figure(len(with_mem), size=(3.4, 3.4), sharey=True)  # the legend lies below the axes
     colors = n_colors(data.ns)
     for ax, w in zip(axes, with_mem):
         rows = data.rows_of_width(w)
         ns = sorted({r["n"] for r in rows})
         starts, ends = [], []
-        for row in rows:
-            rec = data.records[row["run"]]
-            x, f = rec.steps / row["n"], rec.series("f_mem")
-            lo, hi = rec.series("f_mem_lo"), rec.series("f_mem_hi")
-            ok = _finite(x, f)
-            ax.plot(x[ok], f[ok], color=colors[row["n"]], marker=".", ms=2.5)
-            band = ok & np.isfinite(lo) & np.isfinite(hi)
-            if band.any():
-                _mark_interval(ax.fill_between(x[band], lo[band], hi[band], color=colors[row["n"]], alpha=0.3,
-                                               lw=0))
-            if ok.any():
-                ends.append(float(x[ok][-1]))
-            if row.get("tau_mem_lo") is not None and not row.get("tau_mem_censored"):
-                starts.append(row["tau_mem_lo"] / row["n"])
+        band = seeded = False
+        for n in ns:
+            cell = [r for r in rows if r["n"] == n]
+            drawn, many = draw_cell_curves(ax, [data.records[r["run"]] for r in cell], "f_mem", colors[n], per_x=n)
+            band, seeded = band or drawn, seeded or many
+            for row in cell:
+                rec = data.records[row["run"]]
+                ok = _finite(rec.steps, rec.series("f_mem"))
+                if ok.any():
+                    ends.append(float(rec.steps[ok][-1] / n))
+                if row.get("tau_mem_lo") is not None and not row.get("tau_mem_censored"):
+                    starts.append(row["tau_mem_lo"] / n)
         ax.set_xscale("log")
         if starts and ends and min(starts) / 2 < max(ends):
             ax.set_xlim(min(starts) / 2, max(ends) * 1.2)
         ax.set_xlabel(r"training step / $N$ (steps per training image)")
         ax.set_title(f"W = {w}")
-        _legend_by_n(ax, ns, colors, extra=[Line2D([], [], color="0.5", lw=5, alpha=0.3, label="95 % interval")],
-                     loc="upper left")
+        _legend_by_n(ax, ns, colors, extra=_curve_legend_extras(band, seeded), loc="upper center",
+                     bbox_to_anchor=(0.5, -0.24), ncols=2 if seeded else 3)
     f_mem_axis(axes[0])
     fig.canvas.draw()
     for ax in axes:
@@ -875,13 +978,151 @@ def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     return save_figure(fig, out_dir, "loss_gap")
 
 
+# --- 7. memorization gallery ---------------------------------------------------------------------------------------
+
+GALLERY_PHASES = ("before tau_gen", "inside the window", "after tau_mem")
+"""The three checkpoints of a gallery (keys of :func:`gallery_steps`)."""
+
+GALLERY_WIDTH_PX = 1200
+"""A gallery panel is upscaled by the integer factor that brings the stored grid nearest this width (pixels)."""
+
+
+def grid_steps(record: RunRecord) -> list[int]:
+    """The steps (optimizer steps, increasing) at which the run folder holds a stored sample grid
+    ``samples/step_XXXXXXXXX.png`` (diffmem.samplegrid)."""
+    folder = record.path / "samples"
+    steps = []
+    for path in folder.glob("step_*.png") if folder.is_dir() else ():
+        digits = path.stem[len("step_"):]
+        if digits.isdigit():
+            steps.append(int(digits))
+    return sorted(steps)
+
+
+def _nearest_in_log(steps: Sequence[int], target: float) -> int | None:
+    return min(steps, key=lambda s: abs(math.log(s / target))) if steps else None
+
+
+def usable_timescales(row: dict[str, Any]) -> str | None:
+    """Why a summary row's timescales cannot place a gallery's checkpoints (None: they can): tau_gen and tau_mem must
+    both be measured, not censored."""
+    for key in ("tau_gen", "tau_mem"):
+        if row.get(key) is None:
+            return f"no {key}"
+        if row.get(f"{key}_censored"):
+            bound = "lower" if row.get(f"{key}_hi") is None else "upper"
+            return f"{key} is censored (only a {bound} bound, {row[key]:.4g} steps)"
+    return None
+
+
+def gallery_steps(steps: Sequence[int], row: dict[str, Any]) -> dict[str, int | None]:
+    """The stored grid shown for each of :data:`GALLERY_PHASES` (None: no stored grid in that range), from a
+    summary row whose tau_gen and tau_mem are measured (:func:`usable_timescales`); ``steps``: the grids' steps.
+
+    - before tau_gen: among the grids before tau_gen's interval (step < ``tau_gen_lo``), the one nearest in log step
+      to the log-middle of [first grid, tau_gen_lo] (a model still learning, not an untrained one);
+    - inside the window: among the grids in [tau_gen, tau_mem], the one nearest the window's log-middle
+      sqrt(tau_gen * tau_mem) (None when tau_mem <= tau_gen: no window);
+    - after tau_mem: the last grid, if it lies at or after ``tau_mem_hi`` (the first evaluation with detectable
+      copies), so that it shows memorization at its most developed."""
+    steps = sorted(steps)
+    gen, mem = row["tau_gen"], row["tau_mem"]
+    gen_lo = row.get("tau_gen_lo") or gen
+    mem_hi = row.get("tau_mem_hi") or mem
+    before = [s for s in steps if s < gen_lo]
+    inside = [s for s in steps if gen <= s <= mem]
+    return {
+        "before tau_gen": _nearest_in_log(before, math.sqrt(before[0] * gen_lo)) if before else None,
+        "inside the window": _nearest_in_log(inside, math.sqrt(gen * mem)) if inside and gen < mem else None,
+        "after tau_mem": steps[-1] if steps and steps[-1] >= mem_hi else None,
+    }
+
+
+def _evaluation_at(record: RunRecord, step: int) -> dict[str, Any]:
+    return next((e for e in record.evaluations if int(e["step"]) == step), {})
+
+
+GALLERY_TITLES = {"before tau_gen": r"before $\tau_\mathrm{gen}$", "inside the window": "inside the window",
+                  "after tau_mem": r"after $\tau_\mathrm{mem}$"}
+
+
+def _panel_title(phase: str, step: int, evaluation: dict[str, Any]) -> str:
+    f, lo, hi = (evaluation.get(k) for k in ("f_mem", "f_mem_lo", "f_mem_hi"))
+    text = f"{GALLERY_TITLES[phase]}: step {step}"
+    if f is not None:
+        text += f", $f_\\mathrm{{mem}}$ = {f:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None
+                                                    else "")
+        if evaluation.get("n_samples"):
+            text += f" of {evaluation['n_samples']} samples"
+    return text
+
+
+def plot_gallery(data: ExperimentFiles, n: int, width: int, out_dir: Path) -> FigureResult:
+    """The memorization gallery of one cell (N, W): the stored sample grids of one of its runs at the three
+    checkpoints of :func:`gallery_steps`, one panel each (titled with its step and f_mem with its 95 % interval),
+    upscaled by an integer factor without smoothing (nearest neighbour). The run is the cell's lowest seed that has
+    stored grids and measured tau_gen and tau_mem; skipped with a reason when none has."""
+    name = f"gallery_n{n:05d}_w{width:02d}"
+    rows = sorted((r for r in data.rows if r["n"] == n and r["width"] == width), key=lambda r: r["seed"])
+    reasons = []
+    for row in rows:
+        record = data.records[row["run"]]
+        steps = grid_steps(record)
+        why = "no stored sample grids (samples/step_*.png)" if not steps else usable_timescales(row)
+        if why is None:
+            chosen = gallery_steps(steps, row)
+            if any(chosen.values()):
+                return _draw_gallery(record, row, chosen, out_dir, name)
+            why = "no stored grid before tau_gen, inside the window or after tau_mem"
+        reasons.append(f"{row['run']}: {why}")
+    return FigureResult(name, skipped="; ".join(reasons))
+
+
+def _draw_gallery(record: RunRecord, row: dict[str, Any], chosen: dict[str, int | None], out_dir: Path,
+                  name: str) -> FigureResult:
+    images = {phase: mpl.image.imread(record.path / "samples" / f"step_{step:09d}.png")
+              for phase, step in chosen.items() if step is not None}
+    height, grid_width = next(iter(images.values())).shape[:2]
+    scale = max(1, round(GALLERY_WIDTH_PX / grid_width))
+    fig_width = 7.0
+    panel_height = fig_width * height / grid_width + 0.35
+    fig = Figure(figsize=(fig_width, len(chosen) * panel_height + 0.7), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(chosen), 1, squeeze=False).ravel().tolist()
+    for ax, (phase, step) in zip(axes, chosen.items()):
+        ax.set_axis_off()
+        if step is None:
+            ax.text(0.5, 0.5, f"{phase}: no stored sample grid in that range", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=8, color="0.3")
+            continue
+        big = np.repeat(np.repeat(images[phase], scale, axis=0), scale, axis=1)
+        ax.imshow(big, interpolation="nearest")
+        ax.set_title(_panel_title(phase, step, _evaluation_at(record, step)), fontsize=8, loc="left")
+    threshold = record.mem_threshold if record.mem_threshold is not None else 1 / 3
+    fig.suptitle(f"{record.name}: N = {row['n']}, W = {row['width']}; $\\tau_\\mathrm{{gen}}$ = {row['tau_gen']:.0f}, "
+                 f"$\\tau_\\mathrm{{mem}}$ = {row['tau_mem']:.0f} steps\n"
+                 f"rows of samples, each above its nearest training image; red frame: a copy "
+                 f"($d_1/d_2 < {threshold:.2g}$)", fontsize=8)
+    return save_figure(fig, out_dir, name)
+
+
+def plot_galleries(data: ExperimentFiles, out_dir: Path) -> list[FigureResult]:
+    """One :func:`plot_gallery` per cell (N, W); one skipped result named ``gallery`` when no run of the experiment
+    has stored sample grids."""
+    if not any(grid_steps(rec) for rec in data.records.values()):
+        return [FigureResult("gallery", skipped="no run has stored sample grids (samples/step_*.png)")]
+    cells = sorted({(r["n"], r["width"]) for r in data.rows}, key=lambda c: (c[1], c[0]))
+    return [plot_gallery(data, n, w, out_dir) for n, w in cells]
+
+
 # --- all ------------------------------------------------------------------------------------------------------------
 
 def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
                  phase_threshold: float | None = None,
                  phase_times: Sequence[float] | None = None) -> list[FigureResult]:
     """Draw every figure of ``experiment_dir`` (after `diffmem analyze`) into ``out_dir`` (default
-    ``experiment_dir/figures``); each result keeps its Figure. ``phase_threshold``: see :func:`memorizing_at`
+    ``experiment_dir/figures``) and list them, drawn or skipped with the reason, in ``out_dir/index.json``
+    (diffmem.analysis.runfiles.FIGURE_INDEX, read by the report page); each result keeps its Figure. ``phase_threshold``: see :func:`memorizing_at`
     (None: tau_mem's rule); ``phase_times``: the training times (steps) of the (N, p) panels."""
     data = load_experiment_files(experiment_dir)
     out_dir = data.directory / "figures" if out_dir is None else Path(out_dir)
@@ -893,4 +1134,6 @@ def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = Non
         results.append(plot_width(data, out_dir))
         results.append(plot_phase(data, out_dir, threshold=phase_threshold, times=phase_times))
         results.append(plot_loss_gap(data, out_dir))
+        results += plot_galleries(data, out_dir)
+    write_figure_index(out_dir, ((r.name, [p.name for p in r.files], r.skipped) for r in results))
     return results

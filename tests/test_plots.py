@@ -2,6 +2,7 @@
 figure drawn passes the mechanical readability checks of diffmem.figure_checks."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -26,7 +27,7 @@ def experiment(tmp_path_factory):
 
 def test_every_figure_is_written_as_png_and_pdf(experiment):
     root, summary = experiment
-    results = {r.name: r for r in summary.figures}
+    results = {r.name: r for r in summary.figures if r.name != "gallery"}  # no sample grids: see the gallery tests
     assert set(results) == ALL_FIGURES
     for result in results.values():
         assert result.skipped is None, result
@@ -105,9 +106,10 @@ WITH_INTERVALS = ("window", "collapse", "scaling", "width")
 
 @pytest.fixture(scope="module")
 def n_sweep(tmp_path_factory):
-    """One width, four N within a decade, two seeds (as results/cpu_digits): the N ticks of a log axis are minor."""
+    """One width, four N within a decade, three seeds (as results/cpu_digits, with seeds): the N ticks of a log axis
+    are minor; the window and collapse figures draw each seed thin and the cell mean bold."""
     root = tmp_path_factory.mktemp("n_sweep")
-    write_synthetic_experiment(root, [16, 32, 64, 128], widths=[8], seeds=[0, 1], n_evals=24,
+    write_synthetic_experiment(root, [16, 32, 64, 128], widths=[8], seeds=[0, 1, 2], n_evals=24,
                                steps=lambda n, w: max(5000, 250 * n), tau_gen=lambda n, w: 700 * (n / 16) ** -0.15,
                                tau_mem=lambda n, w: 80.0 * n, fid_extractor="diffmem-pixels")
     return root, analyze(root)
@@ -115,9 +117,11 @@ def n_sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def width_sweep(tmp_path_factory):
-    """One N, three widths (as results/cpu_digits_width): values within a decade on log y axes."""
+    """One N, three widths (as results/cpu_digits_width): values within a decade on log y axes; the longest quality
+    label, "FD (diffmem-randconv-v1)" (as results/demo_faces_0.1), must fit the window figure's panel."""
     root = tmp_path_factory.mktemp("width_sweep")
     write_synthetic_experiment(root, [32], widths=[8, 16, 32], n_evals=23, steps=8000,
+                               fid_extractor="diffmem-randconv-v1",
                                tau_gen=lambda n, w: 1600.0 * 8 / w, tau_mem=lambda n, w: 1800.0 * (8 / w) ** 0.3)
     return root, analyze(root)
 
@@ -140,8 +144,8 @@ def test_every_figure_drawn_passes_the_mechanical_checks(which, request):
 def test_figures_a_single_n_or_width_cannot_support_are_skipped_in_one_line(n_sweep, width_sweep):
     _, by_n = n_sweep
     _, by_width = width_sweep
-    skipped_n = {r.name: r.skipped for r in by_n.figures if r.skipped}
-    skipped_w = {r.name: r.skipped for r in by_width.figures if r.skipped}
+    skipped_n = {r.name: r.skipped for r in by_n.figures if r.skipped and r.name != "gallery"}  # no sample grids
+    skipped_w = {r.name: r.skipped for r in by_width.figures if r.skipped and r.name != "gallery"}
     assert set(skipped_n) == {"width"} and "one width" in skipped_n["width"]
     assert {"scaling", "collapse"} <= set(skipped_w)
     assert all("one N" in skipped_w[k] for k in ("scaling", "collapse"))
@@ -188,3 +192,129 @@ def test_the_checks_find_what_they_look_for():
     ax.set_xlabel("x")
     ax.set_ylabel("a y label far too long for a figure 2.6 inches high, so that both of its ends are cut off")
     assert any("cut off" in p for p in figure_problems(fig))
+
+
+# --- seeds: each seed thin, the cell mean bold (issue #29, item 3) --------------------------------------------------
+
+def test_mean_over_seeds_is_the_mean_with_its_t_interval(tmp_path):
+    """Three planted seeds of one cell: the mean curve at the shared steps is the arithmetic mean of the recorded
+    f_mem values and its band the 95 % Student-t interval (t(0.975, 2) = 4.303) of that mean."""
+    from scipy import stats
+
+    from diffmem.analysis.runfiles import read_run
+
+    runs = write_synthetic_experiment(tmp_path, [64], widths=[8], seeds=[0, 1, 2], steps=20_000, n_evals=16,
+                                      tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 2000.0)
+    records = [read_run(r.path) for r in runs]
+    cell = plots.mean_over_seeds(records, "f_mem")
+    values = np.array([rec.series("f_mem") for rec in records])
+    assert cell.seeds == 3
+    assert np.array_equal(cell.steps, records[0].steps)  # the seeds share their evaluation steps
+    assert np.allclose(cell.mean, values.mean(axis=0))
+    half = stats.t.ppf(0.975, 2) * values.std(axis=0, ddof=1) / np.sqrt(3)
+    assert np.allclose(cell.hi - cell.mean, half) and np.allclose(cell.mean - cell.lo, half)
+    assert (half[-3:] > 0).all() and (half[:3] == 0).all()  # seeds differ once they copy, agree at 0 before
+    single = plots.mean_over_seeds(records[:1], "f_mem")
+    assert single.seeds == 1 and single.lo is None and np.allclose(single.mean, values[0])
+
+
+def test_seeded_cells_draw_each_seed_thin_and_the_mean_bold(n_sweep):
+    """In the window and collapse figures of the 3-seed N sweep every cell has 3 thin seed curves and one bold mean
+    whose y data is the mean of the seeds' f_mem; the band over seeds is marked as an interval."""
+    root, summary = n_sweep
+    figures = {r.name: r.figure for r in summary.figures if r.figure is not None}
+    data = plots.load_experiment_files(root)
+    for name, axes_index in (("window_w08", 1), ("collapse", 0)):
+        ax = figures[name].axes[axes_index]
+        thin = [ln for ln in ax.get_lines() if ln.get_linewidth() == plots.SEED_STYLE["lw"]]
+        bold = [ln for ln in ax.get_lines() if ln.get_linewidth() == plots.CELL_MEAN_STYLE["lw"]]
+        assert len(thin) == 4 * 3 and len(bold) == 4, name
+        for n, line in zip(sorted(data.ns), bold):
+            records = [data.records[r["run"]] for r in data.rows if r["n"] == n]
+            expected = np.mean([rec.series("f_mem") for rec in records], axis=0)
+            assert np.allclose(line.get_ydata(), expected), (name, n)
+        assert any(c.get_gid() == INTERVAL_GID for c in ax.collections)
+
+
+# --- memorization gallery (issue #29, item 2) -----------------------------------------------------------------------
+
+def test_gallery_steps_pick_one_grid_per_phase():
+    """Known answers on a planted list of grid steps: before tau_gen the grid nearest the log-middle of [first grid,
+    tau_gen_lo], inside the window the one nearest sqrt(tau_gen * tau_mem), after tau_mem the last grid."""
+    steps = [1, 10, 100, 300, 1000, 2000, 4000, 8000, 16000]
+    row = {"tau_gen": 900.0, "tau_gen_lo": 400.0, "tau_gen_hi": 1000.0, "tau_mem": 9000.0, "tau_mem_lo": 8000.0,
+           "tau_mem_hi": 16000.0}
+    # log-middle of [1, 400] is 20 -> 10; of [900, 9000] is 2846 -> 4000 (|ln 4000/2846| = 0.340 < |ln 2000/2846|)
+    assert plots.gallery_steps(steps, row) == {"before tau_gen": 10, "inside the window": 4000,
+                                               "after tau_mem": 16000}
+    assert plots.gallery_steps(steps[:-1], row)["after tau_mem"] is None  # last grid 8000 < tau_mem_hi
+    empty = {**row, "tau_mem": 800.0, "tau_mem_hi": 1000.0}
+    assert plots.gallery_steps(steps, empty)["inside the window"] is None  # tau_mem <= tau_gen: no window
+    assert plots.usable_timescales(row) is None
+    assert "censored" in plots.usable_timescales({**row, "tau_mem_censored": True, "tau_mem_hi": None})
+    assert plots.usable_timescales({**row, "tau_gen": None}) == "no tau_gen"
+
+
+@pytest.fixture(scope="module")
+def gallery_experiment(tmp_path_factory):
+    """One width, N = 64 and 256 with two seeds each and stored sample grids; the seed 0 of N = 256 lost its grids;
+    N = 1024 never memorizes (tau_mem censored)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("gallery")
+    write_synthetic_experiment(root, [64, 256], widths=[8], seeds=[0, 1], steps=50_000, n_evals=20,
+                               tau_gen=lambda n, w: 2000.0, tau_mem=lambda n, w: 60.0 * n, sample_grids=True)
+    write_synthetic_run(root / "n01024_w08_s0", n=1024, width=8, steps=50_000, tau_gen=2000.0, tau_mem=None,
+                        n_evals=20, sample_grids=True)
+    shutil.rmtree(root / "n00256_w08_s0" / "samples")
+    return root, analyze(root)
+
+
+def _red_frames(image: np.ndarray, size: int) -> int:
+    """Tiles of a stored sample grid (diffmem.samplegrid layout, S = ``size``) whose frame is red."""
+    step = size + 3  # a tile of S + 2 and 1 pixel of padding
+    count = 0
+    for y in range(1, image.shape[0] - 1, step):
+        for x in range(1, image.shape[1] - 1, step):
+            r, g, b = image[y, x, :3]
+            count += bool(r > 0.9 and g < 0.2 and b < 0.2)
+    return count
+
+
+def test_gallery_shows_the_stored_grids_before_inside_and_after(gallery_experiment):
+    import matplotlib.image
+
+    root, summary = gallery_experiment
+    results = {r.name: r for r in summary.figures if r.name.startswith("gallery")}
+    assert set(results) == {"gallery_n00064_w08", "gallery_n00256_w08", "gallery_n01024_w08"}
+    never = results["gallery_n01024_w08"]
+    assert never.skipped and "tau_mem is censored" in never.skipped and "\n" not in never.skipped
+    assert "skipped gallery_n01024_w08: " in summary.format()
+    data = plots.load_experiment_files(root)
+    for name, run in (("gallery_n00064_w08", "n00064_w08_s0"), ("gallery_n00256_w08", "n00256_w08_s1")):
+        result = results[name]
+        assert result.skipped is None and [p.name for p in result.files] == [f"{name}.png", f"{name}.pdf"]
+        assert figure_problems(result.figure, name=name) == []
+        assert run in result.figure.get_suptitle()  # N = 256's seed 0 has no grids: seed 1 is shown
+        (row,) = [r for r in data.rows if r["run"] == run]
+        record = data.records[run]
+        chosen = plots.gallery_steps(plots.grid_steps(record), row)
+        assert chosen["before tau_gen"] < row["tau_gen"] <= chosen["inside the window"] <= row["tau_mem"]
+        assert chosen["after tau_mem"] == record.steps[-1]
+        for ax, (phase, step) in zip(result.figure.axes, chosen.items()):
+            (shown,) = ax.get_images()
+            stored = matplotlib.image.imread(root / run / "samples" / f"step_{step:09d}.png")
+            scale = shown.get_array().shape[1] // stored.shape[1]
+            assert scale >= 2 and shown.get_interpolation() == "nearest"
+            assert np.array_equal(shown.get_array(), np.repeat(np.repeat(stored, scale, 0), scale, 1))
+            evaluation = next(e for e in record.evaluations if e["step"] == step)
+            assert f"step {step}" in ax.get_title(loc="left")
+            assert f"= {evaluation['f_mem']:.3g}" in ax.get_title(loc="left")
+            copies = _red_frames(stored, size=32)
+            assert (copies > 0) == (phase == "after tau_mem"), (phase, copies)  # planted f_mem is 0 before tau_mem
+
+
+def test_no_gallery_without_stored_grids(experiment):
+    _, summary = experiment
+    (gallery,) = [r for r in summary.figures if r.name.startswith("gallery")]
+    assert gallery.name == "gallery" and "no run has stored sample grids" in gallery.skipped

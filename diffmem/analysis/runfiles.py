@@ -247,3 +247,29 @@ def read_json(path: str | Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise RunFolderError(f"{path} is not valid JSON ({e}); rerun `diffmem analyze`") from None
+
+
+# --- figures/index.json ---------------------------------------------------------------------------------------------
+
+FIGURE_INDEX = "index.json"
+"""The file in ``<experiment>/figures/`` that lists the figures of the last drawing: one entry per figure,
+``{"name": ..., "files": [file names in figures/], "skipped": reason or null}`` (written by diffmem.plots, read by
+diffmem.analysis.report)."""
+
+
+def write_figure_index(figures_dir: str | Path, entries: Iterable[tuple[str, Sequence[str], str | None]]) -> Path:
+    """Write :data:`FIGURE_INDEX` in ``figures_dir`` from (name, file names, skipped reason or None) per figure;
+    atomic."""
+    return write_json(Path(figures_dir) / FIGURE_INDEX,
+                      [{"name": name, "files": list(files), "skipped": skipped} for name, files, skipped in entries])
+
+
+def read_figure_index(figures_dir: str | Path) -> list[dict[str, Any]] | None:
+    """The entries of :data:`FIGURE_INDEX` in ``figures_dir``; None when no figures were drawn there."""
+    path = Path(figures_dir) / FIGURE_INDEX
+    if not path.is_file():
+        return None
+    entries = read_json(path)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
+        raise RunFolderError(f"{path} is not a figure index; rerun `diffmem analyze`")
+    return entries

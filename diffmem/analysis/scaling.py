@@ -25,6 +25,7 @@ from diffmem import __version__
 from diffmem.analysis import timescales
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
+from diffmem.analysis.report import write_report
 from diffmem.analysis.runfiles import RunFolderError, RunRecord, read_experiment, write_csv, write_json
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
@@ -347,6 +348,7 @@ class Summary:
     figures: tuple[Any, ...] = ()  # diffmem.plots.FigureResult per figure (written or skipped with a reason)
     joint: dict[str, JointLawFit] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    report: Path | None = None  # report.md (diffmem.analysis.report)
 
     def format(self) -> str:
         """Human text: one line per run, the seed cells (when there are seeds), one line per fitted law with its
@@ -381,7 +383,7 @@ class Summary:
         for name, fit in self.joint.items():
             lines.append(f"  {name}: {fit.describe()}")
         lines += [f"  note: {note}" for note in self.notes]
-        lines.append(f"wrote {self.summary_csv} and {self.fits_json}")
+        lines.append(f"wrote {self.summary_csv}, {self.fits_json}" + (f" and {self.report}" if self.report else ""))
         for fig in self.figures:
             if fig.skipped:
                 lines.append(f"  skipped {fig.name}: {fig.skipped}")
@@ -401,7 +403,8 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
             n_samples: int | None = None) -> Summary:
     """Read every run folder of ``experiment_dir`` (or the run folder itself), write summary.csv and fits.json
     into ``out_dir`` (default: ``experiment_dir``; atomically) and, with ``figures`` and no other ``out_dir``, the
-    figures into ``experiment_dir/figures`` (see diffmem.plots). ``n_samples``: use only the evaluations that drew
+    figures into ``experiment_dir/figures`` (see diffmem.plots), then the report page ``report.md`` next to
+    summary.csv (diffmem.analysis.report). ``n_samples``: use only the evaluations that drew
     that many samples (to compare sample counts; write those files elsewhere with ``out_dir``).
 
     Works on partial experiments (runs still training are summarized from the evaluations they have). Refuses
@@ -438,4 +441,5 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
         from diffmem import plots  # plots reads the files just written; imported here to keep analysis light
 
         figure_results = tuple(plots.make_figures(experiment_dir))
-    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, figure_results, joint, notes)
+    report = write_report(experiment_dir, target)
+    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, figure_results, joint, notes, report)

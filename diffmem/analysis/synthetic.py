@@ -10,6 +10,9 @@ Planted curves, for a step s (optimizer steps):
   n_samples with the 2.5%/97.5% binomial quantiles as f_mem_lo/f_mem_hi.
 - FID: ``fid_min * (1 + slope * max(0, log10(tau_gen / s)))`` (falls linearly in log time, flat from tau_gen on),
   plus ``0.2 * fid_min * f`` once memorization starts, times (1 + fid_noise * standard normal).
+- sample grids (``sample_grids=True``): ``samples/step_*.png`` at every evaluation, as diffmem.evaluate writes them
+  (diffmem.samplegrid): the first 32 samples above their nearest training image; each sample is a copy of it (framed
+  in red) with probability equal to the recorded f_mem, else random pixels. Training images are random pixels.
 - losses: a common curve ``0.1 + 0.9 / (1 + s / 100)`` for both until tau_gap; after it the train loss falls by
   ``(tau_gap / s) ** 0.5`` and the test loss rises by ``1 + 0.3 * log10(s / tau_gap)``; each times
   (1 + loss_noise * standard normal).
@@ -22,12 +25,15 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
+import torch
 
 from diffmem import __version__
 from diffmem.analysis.timescales import binomial_interval
 from diffmem.config import RunConfig
 from diffmem.experiment import run_name
 from diffmem.io import atomic_write_text
+from diffmem.rundir import RunDir
+from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
                         n_samples: int = 256, f_max: float = 0.8, fid_min: float = 30.0, fid_slope: float = 5.0,
                         fid_noise: float = 0.01, loss_noise: float = 0.005, record_fid: bool = True,
                         record_f_mem: bool = True, record_losses: bool = True,
-                        fid_extractor: str = "inception-v3-compat",
+                        fid_extractor: str = "inception-v3-compat", sample_grids: bool = False,
                         stop_after: int | None = None, truncate_last_line: bool = False,
                         noise_seed: int = 0) -> PlantedRun:
     """Write one run folder (config.json, metrics.jsonl and, unless ``stop_after`` cuts it short, done).
@@ -74,6 +80,7 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
     ``stop_after``: keep only the first this many evaluations and leave no done file (a run still training).
     ``truncate_last_line``: append half a JSON line, as a crash during a write leaves it.
     ``record_*`` False writes null for that metric, as a switched-off metric is recorded.
+    ``sample_grids``: also write a planted sample grid at every evaluation (see the module docstring).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -103,6 +110,9 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
             test = base * (1 + 0.3 * np.log10(s / gap_at))
         train *= 1 + loss_noise * rng.standard_normal()
         test *= 1 + loss_noise * rng.standard_normal()
+        if sample_grids:
+            write_planted_grid(RunDir(run_dir).samples_path(int(s)), f, n=n, size=cfg.data.image_size,
+                               rng=np.random.default_rng([noise_seed, n, width, seed, int(s)]))
         lines.append(json.dumps({
             "step": int(s), "images_seen": int(s) * batch, "wall_s": round(float(s) * 1e-3, 3),
             "n_samples": n_samples, "sampler": "ddim", "sampler_steps": 100,
@@ -124,6 +134,18 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
     else:
         done.unlink(missing_ok=True)
     return PlantedRun(run_dir.name, run_dir, n, width, seed, tau_gen, tau_mem, gap_at)
+
+
+def write_planted_grid(path: Path, f_mem: float, *, n: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Write a sample grid (diffmem.samplegrid) whose samples are copies of their nearest training image with
+    probability ``f_mem``; returns which of the shown samples are copies (booleans, shape (32,))."""
+    shown = GRID_PAIRS
+    train = rng.random((min(n, 64), 1, size, size), dtype=np.float32)
+    nearest = train[rng.integers(0, len(train), shown)]
+    copies = rng.random(shown) < f_mem
+    samples = np.where(copies[:, None, None, None], nearest, rng.random(nearest.shape, dtype=np.float32))
+    write_sample_grid(path, torch.from_numpy(samples), torch.from_numpy(nearest), torch.from_numpy(copies))
+    return copies
 
 
 def paper_tau_mem(n: int, width: int) -> float:

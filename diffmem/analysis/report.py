@@ -1,0 +1,272 @@
+"""The report page of an experiment: ``<experiment>/report.md``, written by `diffmem analyze` from the folder's files.
+
+Markdown that GitHub and any editor show as it is. Every number comes from the experiment's own files: the settings
+from the runs' ``config.json``, the timescales from ``summary.csv``, the laws from ``fits.json``, the figures and
+galleries from ``figures/index.json`` (:data:`diffmem.analysis.runfiles.FIGURE_INDEX`, written by diffmem.plots;
+links are relative, so the page works wherever the folder is copied). Sections:
+
+1. settings: the config the runs share, section by section, and what varies between them (N, W, seed, steps, ...);
+2. timescales: one row per run, each tau with its 95 % interval ``value [lo, hi]``; a censored tau is shown as a
+   bound, ``> value`` (lower) or ``< value`` (upper);
+3. laws: every fitted law of fits.json (pooled, and per width or per N where there are several) with its exponent,
+   95 % interval, prefactor, runs and cells, goodness of fit (lack-of-fit p-value or why none) and the fit method;
+4. figures, then 5. galleries: each drawn figure as an image with a link to its PDF;
+6. what the analysis could not resolve: censored timescales, runs still training, laws not fitted with the reason,
+   fitted laws whose goodness of fit flags a problem (no line through every interval, lack of fit, an outlier),
+   the notes of fits.json, figures skipped with the reason.
+
+Steps are optimizer steps throughout.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from diffmem import __version__
+from diffmem.analysis.powerlaw import GoodnessOfFit, PowerLawFit, load_fits
+from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
+from diffmem.config import EXECUTION_KEYS
+from diffmem.io import atomic_write_text
+
+REPORT_NAME = "report.md"
+
+TIMESCALES = (("tau_gen", "tau_gen (quality plateau)"), ("tau_mem", "tau_mem (onset of copies)"),
+              ("tau_gap", "tau_gap (loss gap opens)"))
+"""The summary.csv columns of the timescale table and their headers (the level crossings tau_mem_at_L follow)."""
+
+FIGURE_CAPTIONS = {
+    "window": "Quality and f_mem against the training step for every N at one width, and the window "
+              "[tau_gen, tau_mem] of each N with the 95 % intervals of both ends.",
+    "collapse": "The memorized fraction f_mem against step / N: the curves fall on one another when tau_mem ~ N.",
+    "scaling": "The onset tau_mem, its level crossings and tau_gen against N, with the fitted laws, their 95 % "
+               "bands and the paper's slopes.",
+    "width": "The timescales tau_gen and tau_mem / N against the width W, with the fitted laws and the paper's 1/W.",
+    "phase": "Which cells memorize, generalize or still learn, against training time.",
+    "loss_gap": "Train and test denoising loss at a fixed diffusion time, tau_gap marked.",
+    "gallery": "Generated samples (top rows) above their nearest training images, copies framed in red, before "
+               "tau_gen, inside the window and after tau_mem.",
+}
+"""One sentence per figure kind, keyed by the figure name or its prefix before '_' (window_w08, gallery_n..)."""
+
+
+def _caption(name: str) -> str:
+    for prefix in sorted(FIGURE_CAPTIONS, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + "_"):
+            return FIGURE_CAPTIONS[prefix]
+    return ""
+
+
+def steps_text(value: float | None) -> str:
+    """A number of steps for the tables: whole steps from 100 on, 3 significant digits below; '-' for none."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def estimate_text(row: dict[str, Any], key: str) -> str:
+    """``value [lo, hi]`` of a summary.csv timescale; ``> value`` / ``< value`` when censored (a lower / upper
+    bound); '-' when empty."""
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if row.get(f"{key}_censored"):
+        return ("> " if row.get(f"{key}_hi") is None else "< ") + steps_text(value)
+    lo, hi = row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    return steps_text(value) + (f" [{steps_text(lo)}, {steps_text(hi)}]" if lo is not None and hi is not None else "")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+    return [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _flat(config: dict[str, Any]) -> dict[str, Any]:
+    return {f"{section}.{key}": value for section, values in config.items() for key, value in values.items()}
+
+
+# --- sections -------------------------------------------------------------------------------------------------------
+
+def settings_section(records: Sequence[RunRecord]) -> list[str]:
+    """The config keys every run shares (grouped by section; execution keys such as the device left out) and the
+    keys whose values differ between runs, with their values."""
+    flats = [_flat(r.config.to_dict()) for r in records]
+    keys = [k for k in flats[0] if k not in EXECUTION_KEYS]
+    shared = {k: flats[0][k] for k in keys if all(f.get(k) == flats[0][k] for f in flats)}
+    varying = [k for k in keys if k not in shared]
+    lines = ["## Settings", "", f"{len(records)} run(s), from their `config.json`. What varies between the runs:", ""]
+    def order(value: Any) -> tuple:
+        return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+    rows = [[f"`{k}`", ", ".join(str(v) for v in sorted({_hashable(f.get(k)) for f in flats}, key=order))]
+            for k in varying]
+    lines += _table(["setting", "values"], rows) if rows else ["(nothing: one run)"]
+    lines += ["", "What every run shares:", ""]
+    sections: dict[str, list[str]] = {}
+    for key, value in shared.items():
+        section, name = key.split(".", 1)
+        sections.setdefault(section, []).append(f"{name} = {value}")
+    lines += _table(["section", "settings"], [[f"`{s}`", ", ".join(v)] for s, v in sections.items()])
+    return lines + [""]
+
+
+def _level_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
+    keys = {k for r in rows for k in r if k.startswith("tau_mem_at_") and not k.endswith(("_lo", "_hi", "_censored"))}
+    return sorted(keys, key=lambda k: float(k[len("tau_mem_at_"):]))
+
+
+def timescales_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One row per run of summary.csv: N, W, seed, state, steps trained and every timescale with its interval."""
+    levels = _level_keys(rows)
+    header = ["run", "N", "W", "seed", "state", "steps"] + [h for _, h in TIMESCALES]
+    header += [f"tau_mem at f_mem = {k[len('tau_mem_at_'):]}" for k in levels]
+    table = [[r["run"], r["n"], r["width"], r["seed"], r["state"], steps_text(r["steps"])]
+             + [estimate_text(r, k) for k, _ in TIMESCALES] + [estimate_text(r, k) for k in levels] for r in rows]
+    return (["## Timescales", "",
+             "From `summary.csv`, in optimizer steps: `value [lo, hi]` with the 95 % interval; `> value` is a lower "
+             "bound (not reached by the last evaluation), `< value` an upper bound (already there at the first). "
+             "The rules are in diffmem's docs/analysis.md, section Timescales.", ""]
+            + _table(header, table) + [""])
+
+
+def _fit_row(law: str, group: str, fit: PowerLawFit) -> list[str]:
+    if fit.exponent_lo is not None:
+        exponent = f"{fit.exponent:.3f} [{fit.exponent_lo:.3f}, {fit.exponent_hi:.3f}]"
+    else:
+        exponent = f"{fit.exponent:.3f} (no interval" + (f": {fit.ci_note})" if fit.ci_note else ")")
+    gof = fit.gof.summary() if fit.gof is not None else "-"
+    if fit.gof is not None and fit.gof.note:
+        gof += f" ({fit.gof.note})"
+    return [f"`{law}`", group, f"{fit.x_name}", exponent, f"{fit.prefactor:.3g}",
+            f"{fit.n_runs} runs in {len(fit.cells)} cells" + (f", {len(fit.censored)} censored left out"
+                                                              if fit.censored else ""), gof]
+
+
+def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[list[str]], list[str], list[str]]:
+    """(table rows of the fitted laws, lines of the laws not fitted with the reason, lines of the fitted laws whose
+    goodness of fit flags a problem: :meth:`GoodnessOfFit.flagged`)."""
+    rows, not_fitted, flagged = [], [], []
+    for name, fit_set in fits.items():
+        entries = [("all runs", fit_set.pooled)]
+        if len(fit_set.groups) > 1 and fit_set.pooled.fitted:  # an unfitted pooled law says why once
+            entries += [(f"{fit_set.group_key} = {k}", f) for k, f in fit_set.groups.items()]
+        for group, fit in entries:
+            if fit.fitted:
+                rows.append(_fit_row(name, group, fit))
+                flags = fit.gof.flagged() if fit.gof is not None else []
+                if flags:
+                    flagged.append(f"`{name}` ({group}): " + "; ".join(flags))
+            else:
+                not_fitted.append(f"`{name}` ({group}): {fit.reason}")
+    for name, d in fits_json.items():
+        if name in fits or not isinstance(d, dict) or not isinstance(d.get("x"), list):
+            continue
+        if d.get("exponents") is None:
+            not_fitted.append(f"`{name}`: {d.get('reason')}")
+            continue
+        terms = [f"{x}: {d['exponents'][x]:.3f}" + (f" [{d['exponents_lo'][x]:.3f}, {d['exponents_hi'][x]:.3f}]"
+                                                     if d["exponents_lo"][x] is not None else "") for x in d["x"]]
+        gof = GoodnessOfFit.from_dict(d["goodness_of_fit"]).summary() if d.get("goodness_of_fit") else "-"
+        rows.append([f"`{name}`", "all runs", " and ".join(d["x"]), "; ".join(terms), f"{d['prefactor']:.3g}",
+                     f"{d['n_runs']} runs in {len(d.get('cells', []))} cells", gof])
+    return rows, not_fitted, flagged
+
+
+def laws_section(fits_json: dict[str, Any], rows: Sequence[list[str]]) -> list[str]:
+    """The fitted laws tau = prefactor * x^exponent with their 95 % intervals and goodness of fit."""
+    lines = ["## Laws", "",
+             f"From `fits.json`: tau = prefactor * x^exponent, fitted by `{fits_json.get('method_name')}`: "
+             f"{fits_json.get('method', '')}", ""]
+    if not rows:
+        return lines + ["No law could be fitted (see below).", ""]
+    return lines + _table(["law", "runs", "x", "exponent [95 %]", "prefactor", "data", "goodness of fit"],
+                          rows) + [""]
+
+
+def figures_section(title: str, entries: Sequence[dict[str, Any]], figures_dir: Path, link: str) -> list[str]:
+    """Each drawn figure whose PNG exists: a heading, one sentence, the image and a link to the PDF."""
+    drawn = [e for e in entries if not e.get("skipped") and any((figures_dir / f).is_file() for f in e["files"])]
+    if not drawn:
+        return []
+    lines = [f"## {title}", ""]
+    for e in drawn:
+        png = next((f for f in e["files"] if f.endswith(".png") and (figures_dir / f).is_file()), None)
+        pdf = next((f for f in e["files"] if f.endswith(".pdf") and (figures_dir / f).is_file()), None)
+        lines += [f"### {e['name']}", ""]
+        caption = _caption(e["name"])
+        if caption:
+            lines += [caption, ""]
+        if png:
+            lines += [f"![{e['name']}]({link}/{png})", ""]
+        if pdf:
+            lines += [f"[PDF]({link}/{pdf})", ""]
+    return lines
+
+
+def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str], flagged: Sequence[str],
+                       fits_json: dict[str, Any], entries: Sequence[dict[str, Any]] | None) -> list[str]:
+    """What the analysis could not resolve: censored timescales, runs still training, laws not fitted, fitted laws
+    whose goodness of fit flags a problem, fits.json's notes, figures skipped (each with its reason)."""
+    items = []
+    for r in rows:
+        for key in [k for k, _ in TIMESCALES] + _level_keys(rows):
+            if r.get(key) is not None and r.get(f"{key}_censored"):
+                if r.get(f"{key}_hi") is None:
+                    why = "a lower bound: not reached by the last evaluation"
+                else:
+                    why = "an upper bound: already reached at the first evaluation"
+                items.append(f"censored: `{r['run']}` {key} {estimate_text(r, key)} steps ({why})")
+            elif r.get(key) is None and key in ("tau_gen", "tau_mem"):
+                items.append(f"not measured: `{r['run']}` {key} (the metric was not recorded or has too few values)")
+        if r.get("state") != "done":
+            items.append(f"still training: `{r['run']}` ({r.get('state')}, {steps_text(r.get('steps'))} steps so far)")
+    items += [f"not fitted: {line}" for line in not_fitted]
+    items += [f"goodness of fit: {line}" for line in flagged]
+    items += [f"note: {note}" for note in fits_json.get("notes", [])]
+    if entries is None:
+        items.append("figures: none drawn (`diffmem analyze` ran with --no-figures or into --out)")
+    else:
+        items += [f"figure skipped: {e['name']}: {e['skipped']}" for e in entries if e.get("skipped")]
+    lines = ["## What the analysis could not resolve", ""]
+    return lines + ([f"- {item}" for item in items] if items else ["Nothing: every timescale is measured, every law "
+                                                                    "fitted and every figure drawn."]) + [""]
+
+
+# --- the page -------------------------------------------------------------------------------------------------------
+
+def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = None) -> str:
+    """The report page of ``experiment_dir`` (its run folders) analyzed into ``analysis_dir`` (default: the same
+    folder; it holds summary.csv, fits.json and figures/)."""
+    experiment_dir = Path(experiment_dir)
+    analysis_dir = experiment_dir if analysis_dir is None else Path(analysis_dir)
+    records = read_experiment(experiment_dir)
+    rows = read_csv(analysis_dir / "summary.csv")
+    fits_json = read_json(analysis_dir / "fits.json")
+    fit_rows, not_fitted, flagged = _fits_made(fits_json, load_fits(analysis_dir / "fits.json"))
+    figures_dir = analysis_dir / "figures"
+    entries = read_figure_index(figures_dir)
+    figures = [e for e in entries or () if not e["name"].startswith("gallery")]
+    galleries = [e for e in entries or () if e["name"].startswith("gallery")]
+    only = fits_json.get("only_n_samples")
+    lines = [f"# {experiment_dir.name}: report", "",
+             f"Written by `diffmem analyze` (diffmem {__version__}) from this folder's own files: the runs' "
+             "`config.json`, `summary.csv`, `fits.json` and `figures/`. Steps are optimizer steps; intervals are "
+             "95 %." + (f" Only the evaluations that drew {only} samples are used." if only else ""), ""]
+    lines += settings_section(records)
+    lines += timescales_section(rows)
+    lines += laws_section(fits_json, fit_rows)
+    lines += figures_section("Figures", figures, figures_dir, "figures")
+    lines += figures_section("Galleries", galleries, figures_dir, "figures")
+    lines += unresolved_section(rows, not_fitted, flagged, fits_json, entries)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_report(experiment_dir: str | Path, analysis_dir: str | Path | None = None) -> Path:
+    """Write :func:`report_text` as ``analysis_dir/report.md`` (default: in ``experiment_dir``), atomically;
+    returns its path."""
+    target = Path(experiment_dir if analysis_dir is None else analysis_dir) / REPORT_NAME
+    atomic_write_text(target, report_text(experiment_dir, analysis_dir))
+    return target

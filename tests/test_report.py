@@ -1,0 +1,127 @@
+"""The report page (diffmem.analysis.report): report.md of a planted experiment holds the settings, the timescale
+table, the fitted exponents, links to the figures that exist and what the analysis could not resolve."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from diffmem.analysis import analyze
+from diffmem.analysis.powerlaw import load_fits
+from diffmem.analysis.report import estimate_text, report_text, steps_text, write_report
+from diffmem.analysis.runfiles import read_csv, read_figure_index
+from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    """One width, N = 32, 128 and 512 with three seeds each (sample grids for N = 32); N = 2048 never memorizes."""
+    root = tmp_path_factory.mktemp("report")
+    write_synthetic_experiment(root, [32], widths=[8], seeds=[0, 1, 2], steps=100_000, n_evals=16,
+                               tau_gen=lambda n, w: 1500.0, tau_mem=lambda n, w: 100.0 * n, sample_grids=True)
+    write_synthetic_experiment(root, [128, 512], widths=[8], seeds=[0, 1, 2], steps=100_000, n_evals=16,
+                               tau_gen=lambda n, w: 1500.0, tau_mem=lambda n, w: 100.0 * n)
+    write_synthetic_run(root / "n02048_w08_s0", n=2048, width=8, steps=100_000, tau_gen=1500.0, tau_mem=None,
+                        n_evals=16)
+    summary = analyze(root)
+    return root, summary, (root / "report.md").read_text()
+
+
+def test_analyze_writes_the_report(experiment):
+    root, summary, text = experiment
+    assert summary.report == root / "report.md"
+    assert "report.md" in summary.format()
+    assert text.startswith(f"# {root.name}: report\n")
+    assert text == report_text(root)  # nothing but the folder's files: the page is reproducible from them
+
+
+def test_settings_list_what_varies_and_what_is_shared(experiment):
+    _, _, text = experiment
+    assert "| `data.n` | 32, 128, 512, 2048 |" in text
+    assert "| `train.seed` | 0, 1, 2 |" in text
+    assert "optimizer = sgd, lr = 0.01" in text
+    assert "device" not in text.split("## Timescales")[0]  # execution keys are not settings of the experiment
+
+
+def test_timescale_table_holds_every_run_with_its_intervals(experiment):
+    root, _, text = experiment
+    rows = read_csv(root / "summary.csv")
+    table = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| n0")}
+    assert set(table) == {r["run"] for r in rows}
+    for r in rows:
+        line = table[r["run"]]
+        for key in ("tau_gen", "tau_mem", "tau_gap", "tau_mem_at_0.01", "tau_mem_at_0.1"):
+            assert f"| {estimate_text(r, key)} |" in line + " |", (r["run"], key)
+    (measured,) = [r for r in rows if r["run"] == "n00128_w08_s1"]
+    lo, hi = measured["tau_mem_lo"], measured["tau_mem_hi"]
+    assert f"{measured['tau_mem']:.0f} [{lo:.0f}, {hi:.0f}]" in table["n00128_w08_s1"]
+    assert lo <= 12_800 <= hi  # the planted onset, 100 N
+    (never,) = [r for r in rows if r["run"] == "n02048_w08_s0"]
+    assert f"| > {steps_text(never['tau_mem'])} |" in table["n02048_w08_s0"]
+
+
+def test_laws_with_exponents_intervals_method_and_p_values(experiment):
+    root, _, text = experiment
+    fits = load_fits(root)
+    law = fits["tau_mem_vs_n"].pooled
+    assert law.fitted and law.gof.p_value is not None  # three seeds per N: the lack-of-fit test has a p-value
+    assert f"{law.exponent:.3f} [{law.exponent_lo:.3f}, {law.exponent_hi:.3f}]" in text
+    assert f"lack of fit p = {law.gof.p_value:.2g}" in text
+    assert "fitted by `ols-cell-means-t`" in text
+    gen = fits["tau_gen_vs_n"].pooled
+    assert f"{gen.exponent:.3f} [{gen.exponent_lo:.3f}, {gen.exponent_hi:.3f}]" in text
+
+
+def test_every_figure_drawn_is_linked_and_every_link_resolves(experiment):
+    root, _, text = experiment
+    links = re.findall(r"\]\((figures/[^)]+)\)", text)
+    assert links and all((root / link).is_file() for link in links)
+    drawn = [e for e in read_figure_index(root / "figures") if not e["skipped"]]
+    assert {e["name"] for e in drawn} >= {"window_w08", "collapse", "scaling", "phase", "loss_gap",
+                                          "gallery_n00032_w08"}
+    for e in drawn:
+        for name in e["files"]:
+            assert f"figures/{name}" in links
+    assert "![gallery_n00032_w08](figures/gallery_n00032_w08.png)" in text.split("## Galleries")[1]
+
+
+def test_what_could_not_be_resolved_is_listed(experiment):
+    _, summary, text = experiment
+    unresolved = text.split("## What the analysis could not resolve")[1]
+    assert "censored: `n02048_w08_s0` tau_mem > " in unresolved and "a lower bound" in unresolved
+    assert "not fitted: `tau_gen_vs_width` (all runs): fewer than 2 distinct width values" in unresolved
+    skipped = {r.name: r.skipped for r in summary.figures if r.skipped}
+    assert "width" in skipped and "gallery_n00128_w08" in skipped
+    for name, reason in skipped.items():
+        assert f"- figure skipped: {name}: {reason}" in unresolved
+
+
+def test_a_missing_figure_is_not_linked_and_no_figures_is_said(experiment, tmp_path):
+    root, _, _ = experiment
+    (root / "figures" / "phase.png").rename(tmp_path / "phase.png")
+    try:
+        text = report_text(root)
+        assert "figures/phase.png" not in text and "figures/phase.pdf" in text
+    finally:
+        (tmp_path / "phase.png").rename(root / "figures" / "phase.png")
+    plain = tmp_path / "plain"
+    write_synthetic_experiment(plain, [64, 256], widths=[8], steps=20_000, n_evals=12,
+                               tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 20.0 * n)
+    analyze(plain, figures=False)
+    page = (plain / "report.md").read_text()
+    assert "figures: none drawn" in page and "](figures/" not in page
+    assert write_report(plain) == plain / "report.md"
+
+
+def test_a_law_whose_goodness_of_fit_fails_is_listed_as_unresolved(tmp_path):
+    """A planted bend: tau_mem flat from N = 16 to 32 (2560 steps), then 80 N; no single line passes through every
+    run's interval, and the report lists the flags of that law with the cells whose removal lets one pass."""
+    write_synthetic_experiment(tmp_path, [16, 32, 64, 128], widths=[8], steps=40_000, n_evals=40,
+                               tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 80.0 * max(n, 32))
+    analyze(tmp_path, figures=False)
+    gof = load_fits(tmp_path)["tau_mem_vs_n"].pooled.gof
+    assert gof.line_through_intervals is False
+    text = (tmp_path / "report.md").read_text()
+    unresolved = text.split("## What the analysis could not resolve")[1]
+    assert "- goodness of fit: `tau_mem_vs_n` (all runs): " + "; ".join(gof.flagged()) in unresolved
+    assert "no single line passes through every run's interval" in unresolved
