@@ -301,13 +301,15 @@ class RunLock:
     over with a warning. While held, a daemon thread touches the file every ``heartbeat_s`` seconds; ``check``
     raises RunLocked if another process has taken the lock over meanwhile (e.g. after this one was frozen).
     ``release`` (also on every exit of the ``with`` block) stops the thread and deletes the file if it is still ours.
+    ``name``: the lock file in the folder (``<experiment>/pairs.lock`` guards an experiment's pairs.jsonl).
     """
 
-    def __init__(self, run: RunDir, heartbeat_s: float = LOCK_HEARTBEAT_S, stale_s: float = LOCK_STALE_S):
+    def __init__(self, run: RunDir, heartbeat_s: float = LOCK_HEARTBEAT_S, stale_s: float = LOCK_STALE_S,
+                 name: str = "lock"):
         if not 0 < heartbeat_s < stale_s:
             raise ValueError(f"lock heartbeat_s = {heartbeat_s} must be > 0 and below stale_s = {stale_s}")
         self.run, self.heartbeat_s, self.stale_s = run, heartbeat_s, stale_s
-        self.path = run.lock_path
+        self.path = run.path / name  # "lock": the run's lock_path; another name locks another file of the folder
         self.token: str | None = None
         self.lost: str | None = None  # why the lock was lost, set by the heartbeat thread
         self._stop = threading.Event()
