@@ -241,3 +241,12 @@ def test_sigkill_during_pairs_loses_and_duplicates_nothing(trained, tmp_path):
     assert done.returncode == 0, done.stderr
     got = keys(path)
     assert len(got) == len(set(got)) == 6 and not (exp / "pairs.lock").exists()
+
+
+def test_an_experiment_without_split_pairs_is_one_line_and_nothing_written(trained, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp, ignore=shutil.ignore_patterns("*_split1"))
+    assert main(["pairs", str(exp)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no split pair" in err[0] and "sweep.splits = [0, 1]" in err[0]
+    assert not (exp / PAIRS_FILE).exists() and not (exp / "pairs.lock").exists()
