@@ -250,3 +250,53 @@ def test_an_experiment_without_split_pairs_is_one_line_and_nothing_written(train
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds no split pair" in err[0] and "sweep.splits = [0, 1]" in err[0]
     assert not (exp / PAIRS_FILE).exists() and not (exp / "pairs.lock").exists()
+
+
+# --- the analysis of pairs.jsonl, planted -----------------------------------------------------------------------------
+
+def planted_pair_lines(pair: str, n: int, width: int, seed: int, tau: float, steps: list[int]) -> list[dict]:
+    """pairs.jsonl lines of a pair whose bias is established from ``tau`` on, with a chance exit before it."""
+    lines = []
+    for k, step in enumerate(steps):
+        lo = 0.05 if step >= tau or k == 1 else -0.05  # the second evaluation: a chance exit that falls back
+        lines.append({"pair": pair, "run_a": pair, "run_b": pair + "_split1", "n": n, "width": width,
+                      "seed_train": seed, "step": step, "bias": lo + 0.05, "bias_lo": lo, "bias_hi": lo + 0.1,
+                      "n_samples": 1000})
+    return lines
+
+
+def test_analyze_reads_tau_bias_per_pair_and_fits_its_law(tmp_path):
+    """Planted tau_bias = 20 N on a grid of evaluations 1.2x apart: the bracket holds it and the fitted exponent's
+    interval holds 1."""
+    from diffmem.analysis.scaling import analyze
+    from diffmem.analysis.synthetic import write_synthetic_experiment
+    from diffmem.io import append_jsonl
+
+    exp = tmp_path / "exp"
+    planted = write_synthetic_experiment(exp, ns=[128, 256, 512, 1024], widths=[32], seeds=[0, 1],
+                                         steps=lambda n, w: 3000 * n)
+    grid = sorted({int(round(10 * 1.2 ** k)) for k in range(80) if 10 * 1.2 ** k <= 3_000_000})
+    for run in planted:
+        for line in planted_pair_lines(run.name, run.n, run.width, run.seed, 20.0 * run.n, grid):
+            append_jsonl(exp / PAIRS_FILE, line)
+    summary = analyze(exp, figures=False)
+    assert len(summary.pairs) == len(planted)
+    for p in summary.pairs:
+        est = p.tau_bias
+        assert est.measured and est.lo < 20 * p.n <= est.hi and est.hi / est.lo < 1.25
+    rows = {r["run"]: r for r in read_csv(exp / "summary.csv")}
+    assert rows["n00128_w32_s0"]["pair"] == "n00128_w32_s0" and rows["n00128_w32_s0"]["tau_bias_censored"] is False
+    law = json.loads((exp / "fits.json").read_text())["tau_bias_vs_n"]
+    assert law["n_runs"] == 8 and law["exponent_lo"] < 1.0 < law["exponent_hi"]
+    assert abs(law["exponent"] - 1.0) < 0.05
+
+
+def test_a_pairs_line_without_its_pair_is_skipped_with_a_warning(tmp_path):
+    from diffmem.io import append_jsonl
+
+    good = planted_pair_lines("n00004_w08_s0", 4, 8, 0, 3.0, [1, 2, 4])
+    for line in good + [{"pair": "n00004_w08_s0", "step": 8}]:
+        append_jsonl(tmp_path / PAIRS_FILE, line)
+    with pytest.warns(UserWarning, match="skipped line 4"):
+        assert read_pairs(tmp_path) == {"n00004_w08_s0": good}
+

@@ -176,15 +176,17 @@ def read_experiment(experiment_dir: str | Path) -> list[RunRecord]:
 def read_pairs(experiment_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
     """The lines of ``<experiment_dir>/pairs.jsonl`` (``diffmem pairs``) per split pair (its ``pair`` id), each
     pair's lines sorted by step, one per step (the last line of a step wins); {} when the file is missing. Lines
-    without a pair id or a valid step are skipped with a :class:`MetricsLineWarning`."""
+    without a pair id, a valid step or the pair's N, W and training seed are skipped with a
+    :class:`MetricsLineWarning`."""
     path = Path(experiment_dir) / PAIRS_FILE
     by_pair: dict[str, list[dict[str, Any]]] = {}
     for number, record in enumerate(read_jsonl(path), start=1):
         step = record.get("step") if isinstance(record, dict) else None
         if not isinstance(step, (int, float)) or isinstance(step, bool) or step < 0 \
-                or not isinstance(record.get("pair"), str):
-            warnings.warn(f"{path}: skipped line {number}, it has no pair id or no valid 'step'", MetricsLineWarning,
-                          stacklevel=2)
+                or not isinstance(record.get("pair"), str) \
+                or not all(isinstance(record.get(k), int) for k in ("n", "width", "seed_train")):
+            warnings.warn(f"{path}: skipped line {number}, it lacks a pair id, a valid 'step' or the pair's n, width "
+                          "and seed_train", MetricsLineWarning, stacklevel=2)
             continue
         by_pair.setdefault(record["pair"], []).append(record)
     return {pair: latest_per_step(records) for pair, records in sorted(by_pair.items())}
