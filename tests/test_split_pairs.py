@@ -269,23 +269,30 @@ def test_analyze_reads_tau_bias_per_pair_and_fits_its_law(tmp_path):
     """Planted tau_bias = 20 N on a grid of evaluations 1.2x apart: the bracket holds it and the fitted exponent's
     interval holds 1."""
     from diffmem.analysis.scaling import analyze
-    from diffmem.analysis.synthetic import write_synthetic_experiment
+    from diffmem.analysis.synthetic import paper_tau_gen, paper_tau_mem, write_synthetic_experiment, write_synthetic_run
     from diffmem.io import append_jsonl
 
     exp = tmp_path / "exp"
     planted = write_synthetic_experiment(exp, ns=[128, 256, 512, 1024], widths=[32], seeds=[0, 1],
                                          steps=lambda n, w: 3000 * n)
+    for run in planted:  # each run's twin on the other block
+        write_synthetic_run(exp / f"{run.name}_split1", n=run.n, width=run.width, seed=run.seed, steps=3000 * run.n,
+                            tau_gen=paper_tau_gen(run.n, run.width), tau_mem=paper_tau_mem(run.n, run.width))
     grid = sorted({int(round(10 * 1.2 ** k)) for k in range(80) if 10 * 1.2 ** k <= 3_000_000})
     for run in planted:
         for line in planted_pair_lines(run.name, run.n, run.width, run.seed, 20.0 * run.n, grid):
             append_jsonl(exp / PAIRS_FILE, line)
-    summary = analyze(exp, figures=False)
+    for line in planted_pair_lines("n00064_w32_s0", 64, 32, 0, 1280.0, grid):  # a pair whose runs were moved out
+        append_jsonl(exp / PAIRS_FILE, line)
+    with pytest.warns(UserWarning, match="pair n00064_w32_s0: its runs .* are not both in"):
+        summary = analyze(exp, figures=False)
     assert len(summary.pairs) == len(planted)
     for p in summary.pairs:
         est = p.tau_bias
         assert est.measured and est.lo < 20 * p.n <= est.hi and est.hi / est.lo < 1.25
     rows = {r["run"]: r for r in read_csv(exp / "summary.csv")}
-    assert rows["n00128_w32_s0"]["pair"] == "n00128_w32_s0" and rows["n00128_w32_s0"]["tau_bias_censored"] is False
+    assert rows["n00128_w32_s0"]["pair"] == rows["n00128_w32_s0_split1"]["pair"] == "n00128_w32_s0"
+    assert rows["n00128_w32_s0"]["tau_bias_censored"] is False
     law = json.loads((exp / "fits.json").read_text())["tau_bias_vs_n"]
     assert law["n_runs"] == 8 and law["exponent_lo"] < 1.0 < law["exponent_hi"]
     assert abs(law["exponent"] - 1.0) < 0.05

@@ -219,6 +219,21 @@ def summarize_pairs(lines_by_pair: dict[str, list[dict[str, Any]]]) -> tuple[Pai
     return tuple(out)
 
 
+def kept_pairs(pairs: Sequence[PairSummary], runs: Sequence[RunSummary],
+               experiment_dir: str | Path) -> tuple[PairSummary, ...]:
+    """The pairs whose two runs are both among ``runs``; each other pair is left out with a warning (its runs were
+    moved out of the experiment folder, e.g. into an experiment of their own)."""
+    names = {r.run for r in runs}
+    kept = []
+    for p in pairs:
+        if set(p.members) <= names:
+            kept.append(p)
+        else:
+            warnings.warn(f"pair {p.run}: its runs {' and '.join(p.members)} are not both in {experiment_dir}; left "
+                          "out of the analysis", stacklevel=2)
+    return tuple(kept)
+
+
 def seed_columns(runs: Sequence[RunSummary]) -> dict[str, dict[str, Any]]:
     """Per run name, the seed columns of its cell (the runs with the same n and width): ``seeds_in_cell``, and for
     tau_gen and tau_mem the geometric mean and geometric standard deviation over the cell's measured runs."""
@@ -504,7 +519,7 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
     if n_samples is not None:
         pair_lines = {p: [line for line in lines if line.get("n_samples") == n_samples]
                       for p, lines in pair_lines.items()}
-    pairs = summarize_pairs(pair_lines)
+    pairs = kept_pairs(summarize_pairs(pair_lines), runs, experiment_dir)
     fits = fit_all(runs)
     joint = fit_joint(runs)
     if pairs:
