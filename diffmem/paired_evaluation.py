@@ -24,7 +24,7 @@ import torch
 
 from diffmem.analysis.runfiles import find_run_folders, latest_per_step
 from diffmem.config import RunConfig, config_diff
-from diffmem.data import load_images, make_splits
+from diffmem.data import ImageSet, load_images, make_splits
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.evaluate import checkpoint_model, draw_samples
@@ -93,7 +93,7 @@ def find_pairs(experiment_dir: str | Path) -> list[SplitPair]:
 
 
 def recorded_keys(path: str | Path) -> set[tuple[str, str, int]]:
-    """(run_a, run_b, step) of every line of a pairs.jsonl ([] when it is missing; a line cut by a crash is not
+    """(run_a, run_b, step) of every line of a pairs.jsonl (none when it is missing; a line cut by a crash is not
     counted, and the next append removes it)."""
     return {(r["run_a"], r["run_b"], int(r["step"])) for r in read_jsonl(path)
             if isinstance(r, dict) and {"run_a", "run_b", "step"} <= set(r)}
@@ -109,9 +109,10 @@ class PairEvaluator:
     """Everything the evaluations of one pair share: both train sets in pixel units x / 255 (N, C, S, S) on the
     device, both centering offsets, the diffusion."""
 
-    def __init__(self, pair: SplitPair, device: torch.device):
+    def __init__(self, pair: SplitPair, device: torch.device, images: ImageSet | None = None):
+        """``images``: the source's images when already loaded (``load_images(pair.cfg_a.data)``)."""
         self.pair, self.device = pair, device
-        images = load_images(pair.cfg_a.data)
+        images = load_images(pair.cfg_a.data) if images is None else images
         self.splits = [make_splits(images, cfg.data) for cfg in (pair.cfg_a, pair.cfg_b)]
         self.trains = [s.train.to(device=device, dtype=torch.float32) / 255.0 for s in self.splits]
         self.diffusion = Diffusion(pair.cfg_a.diffusion)
@@ -151,13 +152,18 @@ def evaluate_pairs(experiment_dir: str | Path, device: str = "auto", n_samples: 
     path = experiment / PAIRS_FILE
     dev = resolve_device(device)
     appended = 0
+    sources: dict[tuple[Any, ...], ImageSet] = {}  # one load per source and image size
     with RunLock(RunDir(experiment), name=PAIRS_LOCK):
         done = recorded_keys(path)
         for pair in pairs:
             todo = [s for s in pair.common_steps() if (pair.a.path.name, pair.b.path.name, s) not in done]
             if not todo:
                 continue
-            evaluator = PairEvaluator(pair, dev)
+            data = pair.cfg_a.data
+            key = (data.source, data.path, data.image_size, data.cache_dir)
+            if key not in sources:
+                sources[key] = load_images(data)
+            evaluator = PairEvaluator(pair, dev, sources[key])
             count = n_samples or pair.cfg_a.eval.n_samples
             for step in todo:
                 line = evaluator.measure(step, count)
