@@ -17,6 +17,7 @@ VERBS = {
     "prepare": "turn a local CelebA copy or image folder into one cached uint8 tensor + manifest",
     "train": "train one run folder (continues a partial run, skips a finished one)",
     "evaluate": "evaluate every checkpoint of a run folder that has no metrics line yet",
+    "pairs": "split pairs of an experiment folder: both models sampled from the same noise -> pairs.jsonl",
     "analyze": "all runs of an experiment folder -> summary.csv, fits.json, figures/",
     "advise": "predicted tau_gen and tau_mem for (N, W) and when to stop training",
     "demo": "the embedded CPU demo: a small N sweep on built-in digits, the analysis, an advice and its check",
@@ -85,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refine-n-samples", type=_positive_int, metavar="M",
                    help="refine a finished run's brackets with M samples per evaluation (eval.refine_n_samples; "
                    "tau_mem's clean end is re-measured with them); the run's config.json is not changed")
+
+    p = sub.add_parser("pairs", help=VERBS["pairs"], description=VERBS["pairs"])
+    p.add_argument("experiment_dir", help="an experiment folder with split pairs (sweep.splits = [0, 1])")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--n-samples", type=_positive_int, metavar="M",
+                   help="samples per model and step (default: the runs' eval.n_samples); steps already in "
+                        "pairs.jsonl are kept as they are")
 
     p = sub.add_parser("analyze", help=VERBS["analyze"], description=VERBS["analyze"])
     p.add_argument("experiment_dir", help="a folder of run folders (or one run folder)")
@@ -244,6 +252,13 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_pairs(args) -> int:
+    from diffmem.paired_evaluation import evaluate_pairs
+
+    evaluate_pairs(args.experiment_dir, device=args.device, n_samples=args.n_samples)
+    return 0
+
+
 def cmd_analyze(args) -> int:
     from diffmem.analysis.scaling import analyze
 
@@ -372,7 +387,8 @@ def cmd_coverage(args) -> int:
     return 0
 
 
-COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "analyze": cmd_analyze,
+COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "pairs": cmd_pairs,
+            "analyze": cmd_analyze,
             "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status, "bench": cmd_bench,
             "theory": cmd_theory, "coverage": cmd_coverage}
 

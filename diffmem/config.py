@@ -131,7 +131,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """A grid of runs: every combination of n, width and seed."""
+    """A grid of runs: every combination of n, width, seed and split."""
 
     n: list[int] = field(default_factory=list)
     width: list[int] = field(default_factory=list)
@@ -139,6 +139,8 @@ class SweepConfig:
     cells: list[list[int]] = field(default_factory=list)  # extra [n, width] cells beyond n x width (each for every seed)
     steps_per_n: int = 0  # > 0: each run trains for max(min_steps, steps_per_n * n) steps (tau_mem ∝ N needs it)
     min_steps: int = 0  # the smallest per-run budget when steps_per_n > 0 (steps)
+    splits: list[int] = field(default_factory=lambda: [0])  # training blocks: split i trains on data.subset_index = i
+    #                                                         (disjoint train sets of one pool; [0, 1]: split pairs)
 
     def run_steps(self, n: int, default: int) -> int:
         """The training budget (optimizer steps) of a grid run with train-set size ``n``; ``default`` is
@@ -444,7 +446,7 @@ def build_configs(sections: dict[str, dict[str, Any]]) -> tuple[RunConfig, Sweep
     sweep = built.pop("sweep")
     run = RunConfig(**built)
     validate(run)
-    validate_sweep(sweep)
+    validate_sweep(sweep, run)
     return run, sweep
 
 
@@ -506,15 +508,20 @@ def config_from_dict(d: dict[str, Any]) -> RunConfig:
 
 # --- validation -----------------------------------------------------------------------------------------------------
 
-def validate_sweep(sweep: SweepConfig) -> None:
-    """Reject grids that cannot work (every key of ``[sweep]``; each run's config is validated when it is built)."""
+def validate_sweep(sweep: SweepConfig, base: RunConfig | None = None) -> None:
+    """Reject grids that cannot work (every key of ``[sweep]``; each run's config is validated when it is built).
+    ``base``: the experiment's run config, for the keys that depend on it (``sweep.splits`` sets
+    ``data.subset_index``)."""
     check_finite("sweep", sweep)
     if any(n < 2 for n in sweep.n):
         raise ConfigError(f"sweep.n = {sweep.n}: every train-set size must be >= 2")
     if any(w < 1 for w in sweep.width):
         raise ConfigError(f"sweep.width = {sweep.width}: every width must be >= 1")
     _check_seeds("sweep.seeds", sweep.seeds)
-    for key, values in (("n", sweep.n), ("width", sweep.width), ("seeds", sweep.seeds)):
+    if not sweep.splits or any(i < 0 for i in sweep.splits):
+        raise ConfigError(f"sweep.splits = {sweep.splits} must list training blocks >= 0, e.g. [0, 1] for split pairs "
+                          "(the default [0] trains every run on block 0)")
+    for key, values in (("n", sweep.n), ("width", sweep.width), ("seeds", sweep.seeds), ("splits", sweep.splits)):
         repeated = sorted({v for v in values if values.count(v) > 1})
         if repeated:
             raise ConfigError(f"sweep.{key} = {values} lists {repeated} twice: each grid point must be one run folder; "
@@ -529,6 +536,9 @@ def validate_sweep(sweep: SweepConfig) -> None:
         raise ConfigError(f"sweep.steps_per_n = {sweep.steps_per_n} must be >= 0 (0: every run uses train.steps)")
     if sweep.min_steps < 0:
         raise ConfigError(f"sweep.min_steps = {sweep.min_steps} must be >= 0")
+    if base is not None and base.data.subset_index and sweep.splits != [0]:
+        raise ConfigError(f"sweep.splits = {sweep.splits} sets data.subset_index of every run, but data.subset_index = "
+                          f"{base.data.subset_index}; leave data.subset_index at 0 (split i trains on block i)")
 
 
 def validate(cfg: RunConfig) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from diffmem.config import ConfigError, RunConfig
+from diffmem.config import ConfigError, EvalConfig, RunConfig
 from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to_model, to_pixels, to_uint8
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
@@ -60,6 +60,31 @@ def damaged_checkpoint_advice(run: RunDir, cfg: RunConfig, step: int) -> str:
                 f"the checkpoint again {then}")
     return (f"it is a kept checkpoint between evaluations: move it aside (e.g. to {run.step_name(step)}.damaged.pt) "
             "and rerun; the refinement then uses the kept checkpoints around it")
+
+
+def checkpoint_model(run: RunDir, cfg: RunConfig, step: int, device: torch.device) -> torch.nn.Module:
+    """The U-Net of ``cfg`` with the weights of ``run``'s checkpoint of ``step``, on ``device``; a missing or damaged
+    checkpoint is a one-line CheckpointDamaged naming the file and what to do. Building the model draws from torch's
+    global RNG (callers that must not move it fork it)."""
+    model = build_from_config(cfg.model, cfg.data.image_size).to(device)
+    try:
+        weights = load_checkpoint(run.checkpoint_path(step), device)
+    except CheckpointDamaged as e:
+        raise CheckpointDamaged(f"{e}; {damaged_checkpoint_advice(run, cfg, step)}") from None
+    model.load_state_dict(weights)
+    return model
+
+
+def draw_samples(diffusion: Diffusion, model: torch.nn.Module, e: EvalConfig, n: int, shape: tuple[int, ...],
+                 device: torch.device, clip_sample: bool | None = None) -> torch.Tensor:
+    """``n`` samples (n, *shape) of ``model`` in its centered pixel units, on ``device``, with the evaluation's
+    sampler (``e.sampler``, ``e.sampler_steps``, ``e.sampler_schedule``, ``e.batch_size``) from the initial noise of
+    seed ``e.seed``: the same seed, n, shape and batch size give the same noise for any model (the memorization
+    evaluation's draw, and the paired draw of split pairs). ``clip_sample``: default ``e.clip_sample``."""
+    generator = torch.Generator(device="cpu").manual_seed(e.seed)
+    return diffusion.sample(model, n, shape, generator, kind=e.sampler, steps=e.sampler_steps,
+                            clip_sample=e.clip_sample if clip_sample is None else clip_sample,
+                            batch_size=e.batch_size, device=device, schedule=e.sampler_schedule)
 
 
 def reference_set_size(cfg: RunConfig, splits: Splits) -> int:
@@ -127,11 +152,7 @@ class Evaluator:
         fork_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):  # evaluation never moves the training RNG
             t0 = time.perf_counter()
-            generator = torch.Generator(device="cpu").manual_seed(e.seed)
-            samples = self.diffusion.sample(model, n_draw, self.shape, generator, kind=e.sampler,
-                                            steps=e.sampler_steps, clip_sample=e.clip_sample,
-                                            batch_size=e.batch_size, device=self.device,
-                                            schedule=e.sampler_schedule)
+            samples = draw_samples(self.diffusion, model, e, n_draw, self.shape, self.device)
             t1 = time.perf_counter()
             mem = memorized_fraction(samples, self.train_x, threshold=e.mem_threshold, n_boot=e.n_boot, seed=e.seed)
             t2 = time.perf_counter()
@@ -140,10 +161,8 @@ class Evaluator:
                 fid_samples = samples[:e.n_samples]
                 if e.fid_clip_sample is not None and e.fid_clip_sample != e.clip_sample:
                     # the FD's own draw: the same seed, so the same initial noise, with the other clipping
-                    fid_samples = self.diffusion.sample(
-                        model, e.n_samples, self.shape, torch.Generator(device="cpu").manual_seed(e.seed),
-                        kind=e.sampler, steps=e.sampler_steps, clip_sample=e.fid_clip_sample,
-                        batch_size=e.batch_size, device=self.device, schedule=e.sampler_schedule)
+                    fid_samples = draw_samples(self.diffusion, model, e, e.n_samples, self.shape, self.device,
+                                               clip_sample=e.fid_clip_sample)
                 results = fid_sets(to_uint8(fid_samples, self.splits.mean.to(samples.device)).cpu(),
                                    self.fid_references, self.fid_reference_keys, cache_dir=self.fid_cache,
                                    extractor=self.fid_extractor, weights=e.fid_weights, device=str(self.device),
@@ -219,12 +238,7 @@ class Evaluator:
         :meth:`evaluate`); every RNG is left as it was."""
         fork_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):  # building the model draws initial weights
-            model = build_from_config(self.cfg.model, self.cfg.data.image_size).to(self.device)
-            try:
-                weights = load_checkpoint(self.run.checkpoint_path(step), self.device)
-            except CheckpointDamaged as e:
-                raise CheckpointDamaged(f"{e}; {damaged_checkpoint_advice(self.run, self.cfg, step)}") from None
-            model.load_state_dict(weights)
+            model = checkpoint_model(self.run, self.cfg, step, self.device)
             return self.evaluate(model, step, n_samples=n_samples)
 
     def _save_grid(self, samples: torch.Tensor, idx1: torch.Tensor, memorized: torch.Tensor, step: int) -> None:

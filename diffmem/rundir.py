@@ -12,6 +12,8 @@
 <run>/lock                         held while a process trains or evaluates the run: JSON {pid, host, started,
                                    started_unix, token}; its mtime is the holder's heartbeat
 <run>/checkpoints/step_XXXXXXXXX.damaged.pt  a damaged checkpoint set aside when training wrote it again (never read)
+<experiment>/pairs.jsonl           one JSON object per (split pair, evaluation step), appended (`diffmem pairs`)
+<experiment>/pairs.lock            held while `diffmem pairs` appends to it
 ```
 
 :func:`read_config` is the one reader of config.json: every damaged, empty, wrong-typed or newer-version file becomes a
@@ -50,6 +52,8 @@ LOCK_STALE_S = 600.0  # a lock whose mtime is older than this (seconds) is stale
 # that had the same pid (pid reuse, e.g. a requeued job in a fresh container)
 _MODULE_LOADED_UNIX = time.time()
 
+PAIRS_FILE = "pairs.jsonl"  # <experiment>/pairs.jsonl: one line per (split pair, step), `diffmem pairs`, appended
+PAIRS_LOCK = "pairs.lock"  # <experiment>/pairs.lock: held while `diffmem pairs` appends to it
 _STEP_FILE = re.compile(r"^step_(\d{9})\.pt$")
 RETRAIN_PREFIX = ".retrain."  # scratch folders in a run folder where training writes lost checkpoints again
 RESTORE = ("restore it from a copy (it is the run's only record of its settings; the run's other files are "
@@ -302,13 +306,15 @@ class RunLock:
     over with a warning. While held, a daemon thread touches the file every ``heartbeat_s`` seconds; ``check``
     raises RunLocked if another process has taken the lock over meanwhile (e.g. after this one was frozen).
     ``release`` (also on every exit of the ``with`` block) stops the thread and deletes the file if it is still ours.
+    ``name``: the lock file in the folder (``<experiment>/pairs.lock`` guards an experiment's pairs.jsonl).
     """
 
-    def __init__(self, run: RunDir, heartbeat_s: float = LOCK_HEARTBEAT_S, stale_s: float = LOCK_STALE_S):
+    def __init__(self, run: RunDir, heartbeat_s: float = LOCK_HEARTBEAT_S, stale_s: float = LOCK_STALE_S,
+                 name: str = "lock"):
         if not 0 < heartbeat_s < stale_s:
             raise ValueError(f"lock heartbeat_s = {heartbeat_s} must be > 0 and below stale_s = {stale_s}")
         self.run, self.heartbeat_s, self.stale_s = run, heartbeat_s, stale_s
-        self.path = run.lock_path
+        self.path = run.path / name  # "lock": the run's lock_path; another name locks another file of the folder
         self.token: str | None = None
         self.lost: str | None = None  # why the lock was lost, set by the heartbeat thread
         self._stop = threading.Event()

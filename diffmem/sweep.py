@@ -1,4 +1,4 @@
-"""Sweeps: every run of an experiment's grid (``[sweep]`` n x width x seeds) as a submitit job.
+"""Sweeps: every run of an experiment's grid (``[sweep]`` n x width x seeds x splits) as a submitit job.
 
 Three executors, all submitit's (this module only decides what to submit and keeps records):
 
@@ -63,6 +63,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from diffmem.config import RunConfig, SweepConfig, continuation_diff
+from diffmem.data import default_heldout, load_images
 from diffmem.evaluate import evaluate_run
 from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.rundir import RunDir
@@ -253,16 +254,37 @@ class SweepEntry:
         return "skip (done)"
 
 
+def check_split_sizes(base: RunConfig, sweep: SweepConfig) -> None:
+    """Raise SweepError (one line) when the source's training part cannot hold ``sweep.splits``' disjoint train
+    blocks for the grid's largest N: split i trains on images [i N, (i + 1) N) of the training part (the images
+    before the held-out pool, :func:`diffmem.data.make_splits`), so the largest split k needs (k + 1) N of them.
+    Reads the source's images only when a split other than 0 is asked for."""
+    top = max(sweep.splits)
+    if top == 0:
+        return
+    images = load_images(base.data)
+    total = len(images)
+    n_heldout = base.data.n_heldout or default_heldout(total)
+    n_training = total - n_heldout
+    n = max([*(sweep.n or [base.data.n]), *(cell[0] for cell in sweep.cells)])
+    if (top + 1) * n > n_training:
+        raise SweepError(f"sweep.splits = {sweep.splits} needs {top + 1} disjoint train blocks of N = {n} "
+                         f"({(top + 1) * n} images) beside the held-out pool of {n_heldout}, but source "
+                         f"'{base.data.source}' has {total} images ({n_training} for training); lower the largest N, "
+                         "the splits or data.n_heldout")
+
+
 def plan_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, *,
                eval_separately: bool = False) -> list[SweepEntry]:
     """Every run of the grid with its state and the jobs to submit: none for done runs and runs whose job is
     queued or running; "train" (train + inline evaluation); or with ``eval_separately`` "train" then "evaluate"
     (or only "evaluate" for a trained run with unevaluated checkpoints). Refuses run folders that hold another
-    configuration."""
+    configuration, and split blocks that the source cannot hold (:func:`check_split_sizes`)."""
     if not sweep.n and not sweep.width:
         raise SweepError("the experiment's [sweep] grid is empty: list the train-set sizes and/or widths, e.g. "
                          "[sweep] n = [128, 256] width = [32] (or --set 'sweep.n=[128, 256]'); for one run use "
                          "`diffmem train`")
+    check_split_sizes(base, sweep)
     entries, conflicts = [], []
     for planned in expand_grid(base, sweep, experiment_dir):
         run = RunDir(planned.path)

@@ -12,8 +12,8 @@ from tiny_runs import TINY_CELEBA, sets
 
 def test_help_lists_every_verb_with_a_description():
     out = subprocess.run([sys.executable, "-m", "diffmem.cli", "--help"], capture_output=True, text=True).stdout
-    expected = {"prepare", "train", "evaluate", "analyze", "advise", "demo", "sweep", "status", "bench", "theory",
-                "coverage"}
+    expected = {"prepare", "train", "evaluate", "pairs", "analyze", "advise", "demo", "sweep", "status", "bench",
+                "theory", "coverage"}
     assert set(VERBS) == expected
     for verb in expected:
         assert any(line.split()[:1] == [verb] and len(line.split()) > 3 for line in out.splitlines()), verb
@@ -42,6 +42,7 @@ def test_prepare_then_train_on_a_celeba_copy(celeba_root, tmp_path, capsys):
     (["train", "CONFIG", "--out", "OUT", "--set", "data.source=lfw_faces", "--set", "data.n=99"], "data.n"),
     (["train", "/no/such.toml", "--out", "OUT"], "does not exist"),
     (["evaluate", "/no/such/run"], "not a run folder"),
+    (["pairs", "/no/such/experiment"], "does not exist"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys):
     config = tmp_path / "c.toml"

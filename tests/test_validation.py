@@ -84,6 +84,7 @@ INVALID: dict[str, tuple[list[str], str]] = {
     "sweep.cells": (["sweep.cells=[[64]]"], "sweep.cells = [[64]]: each cell is [n, width]"),
     "sweep.steps_per_n": (["sweep.steps_per_n=-1"], "sweep.steps_per_n = -1 must be >= 0"),
     "sweep.min_steps": (["sweep.min_steps=-1"], "sweep.min_steps = -1 must be >= 0"),
+    "sweep.splits": (["sweep.splits=[-1]"], "sweep.splits = [-1] must list training blocks >= 0"),
     "theory.d": (["theory.d=1"], "theory.d = 1 must be >= 2"),
     "theory.psi_p": (["theory.psi_p=0"], "theory.psi_p = 0.0 must be > 0"),
     "theory.psi_n": (["theory.psi_n=[]"], "theory.psi_n = []: give a list of n / d values"),
@@ -118,6 +119,11 @@ MORE_INVALID: list[tuple[list[str], str]] = [
     (["train.lr=1" + "0" * 400], "train.lr = 100000000000... is too large for a number"),
     (["model.channel_mult=[1, 0]"], "model.channel_mult = [1, 0] must list one multiplier >= 1"),
     (["data.source=folder", 'data.path=""'], "data.source = 'folder' needs data.path"),
+    (["sweep.splits=[]"], "sweep.splits = [] must list training blocks >= 0"),
+    (["sweep.splits=[0, 1, 1]"], "sweep.splits = [0, 1, 1] lists [1] twice"),
+    (["sweep.splits=[0, 1]", "data.subset_index=1"], "sweep.splits = [0, 1] sets data.subset_index of every run"),
+    # lfw_faces at 16x16 with 36 held out leaves 64 training images: two blocks of 40 do not fit
+    (["sweep.splits=[0, 1]", "sweep.n=[40]"], "sweep.splits = [0, 1] needs 2 disjoint train blocks of N = 40"),
 ]
 
 

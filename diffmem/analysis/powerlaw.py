@@ -40,8 +40,9 @@ from scipy import optimize, stats
 from diffmem.analysis.runfiles import read_json
 
 FIT_NAMES: tuple[str, ...] = ("tau_mem_vs_n", "tau_gen_vs_n", "tau_gen_vs_width", "tau_mem_vs_n_over_width")
-EXTRA_FIT_NAMES: tuple[str, ...] = ("tau_mem_epochs_vs_n", "tau_mem_vs_width")
-"""Fits added after fits.json files were first written; loaded when present."""
+EXTRA_FIT_NAMES: tuple[str, ...] = ("tau_mem_epochs_vs_n", "tau_mem_vs_width", "tau_bias_vs_n", "tau_bias_vs_width")
+"""Fits added after fits.json files were first written, or written only for some experiments (tau_bias: split
+pairs); loaded when present."""
 
 
 FIT_METHOD = "ols-cell-means-t"
@@ -652,8 +653,9 @@ class FitSet:
         return cls(PowerLawFit.from_dict(d))
 
 
-JOINT_FIT_NAMES: tuple[str, ...] = ("tau_mem_vs_n_and_width", "tau_gen_vs_n_and_width")
-"""Laws of N and W together (:class:`JointLawFit`); fitted only where both vary in the experiment."""
+JOINT_FIT_NAMES: tuple[str, ...] = ("tau_mem_vs_n_and_width", "tau_gen_vs_n_and_width", "tau_bias_vs_n_and_width")
+"""Laws of N and W together (:class:`JointLawFit`); fitted only where both vary in the experiment (tau_bias's only in
+an experiment with split pairs)."""
 
 
 def load_fits(path: str | Path) -> dict[str, FitSet]:

@@ -7,6 +7,8 @@ The run folder is the contract between training/evaluation and analysis::
     <experiment_dir>/<run>/metrics.jsonl   one JSON object per evaluation (step, f_mem, f_mem_lo, f_mem_hi, fid,
                                            fid_extractor, train_loss, test_loss, ...; null = switched off)
     <experiment_dir>/<run>/done            present when the run finished
+    <experiment_dir>/pairs.jsonl           one JSON object per (split pair, step): pair, run_a, run_b, n, width,
+                                           seed_train, step, bias, bias_lo, bias_hi, ... (`diffmem pairs`)
 
 An experiment folder holds run folders; a run folder on its own is an experiment of one run.
 """
@@ -25,7 +27,7 @@ import numpy as np
 
 from diffmem.config import RunConfig
 from diffmem.io import atomic_write_text, read_jsonl
-from diffmem.rundir import ConfigFileError, RunDir
+from diffmem.rundir import PAIRS_FILE, ConfigFileError, RunDir
 
 
 class RunFolderError(ValueError):
@@ -169,6 +171,25 @@ def read_run(run_dir: str | Path) -> RunRecord:
 def read_experiment(experiment_dir: str | Path) -> list[RunRecord]:
     """Every run of an experiment folder (or the one run when the folder is a run folder)."""
     return [read_run(p) for p in find_run_folders(experiment_dir)]
+
+
+def read_pairs(experiment_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """The lines of ``<experiment_dir>/pairs.jsonl`` (``diffmem pairs``) per split pair (its ``pair`` id), each
+    pair's lines sorted by step, one per step (the last line of a step wins); {} when the file is missing. Lines
+    without a pair id, a valid step or the pair's N, W and training seed are skipped with a
+    :class:`MetricsLineWarning`."""
+    path = Path(experiment_dir) / PAIRS_FILE
+    by_pair: dict[str, list[dict[str, Any]]] = {}
+    for number, record in enumerate(read_jsonl(path), start=1):
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, (int, float)) or isinstance(step, bool) or step < 0 \
+                or not isinstance(record.get("pair"), str) \
+                or not all(isinstance(record.get(k), int) for k in ("n", "width", "seed_train")):
+            warnings.warn(f"{path}: skipped line {number}, it lacks a pair id, a valid 'step' or the pair's n, width "
+                          "and seed_train", MetricsLineWarning, stacklevel=2)
+            continue
+        by_pair.setdefault(record["pair"], []).append(record)
+    return {pair: latest_per_step(records) for pair, records in sorted(by_pair.items())}
 
 
 # --- summary.csv and fits.json --------------------------------------------------------------------------------------

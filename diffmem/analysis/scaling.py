@@ -8,7 +8,9 @@ fits.json holds ``tau_mem_vs_n`` and ``tau_gen_vs_n`` (pooled over widths, plus 
 and ``tau_mem_vs_width`` (pooled over N, plus ``by_n``), ``tau_mem_vs_n_over_width`` (x = N / W, all runs),
 ``tau_mem_epochs_vs_n``, the level crossings ``tau_mem_at_{level}_vs_n`` and ``_vs_width`` (one per level of
 ``eval.mem_levels``), and the joint laws ``tau_mem_vs_n_and_width`` and ``tau_gen_vs_n_and_width`` (tau ~ N^a W^b,
-fitted where N and W both vary).
+fitted where N and W both vary). An experiment with split pairs (pairs.jsonl, `diffmem pairs`) adds tau_bias per pair
+(:data:`PAIR_COLUMNS` of summary.csv) and its laws ``tau_bias_vs_n``, ``tau_bias_vs_width`` and
+``tau_bias_vs_n_and_width``, one point per pair.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from diffmem.analysis import timescales
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.report import write_report
-from diffmem.analysis.runfiles import RunFolderError, RunRecord, read_experiment, write_csv, write_json
+from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
+                                       write_json)
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
@@ -59,6 +62,15 @@ factor: 1.10 = +-10 %; empty with fewer than 2 measured seeds). What each run wa
 analysis agrees on them (:func:`check_comparable`). After these come four columns per level L of
 ``eval.mem_levels`` (:func:`level_columns`): ``tau_mem_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which
 f_mem crosses L."""
+
+
+PAIR_COLUMNS: tuple[str, ...] = ("pair", "tau_bias", "tau_bias_lo", "tau_bias_hi", "tau_bias_censored",
+                                 "pair_evals")
+"""summary.csv's columns of split pairs, last, written only when the experiment has a pairs.jsonl (`diffmem
+pairs`): both members' rows name their pair (the split-0 run's name) and carry the pair's tau_bias, its interval
+``tau_bias_lo`` / ``tau_bias_hi`` (the bracket of evaluations: the one before and the one from which the bias stays
+established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``; other runs
+leave them empty."""
 
 
 def level_name(level: float) -> str:
@@ -163,6 +175,66 @@ class RunSummary:
         return self._in_epochs(self.tau_gen)
 
 
+@dataclass(frozen=True)
+class PairSummary:
+    """One split pair as the analysis sees it: ``run`` is the pair's id (its split-0 run's name; the fits take a
+    pair as one point, as they take a run), ``members`` its two runs, its N, W and training seed, its paired
+    evaluations and tau_bias (optimizer steps)."""
+
+    run: str
+    members: tuple[str, str]
+    n: int
+    width: int
+    seed: int
+    n_evals: int
+    tau_bias: Estimate
+
+    def estimate(self, quantity: str) -> Estimate:
+        """tau_bias by name (a pair has no other timescale)."""
+        if quantity != "tau_bias":
+            return Estimate(None, None, None, False, f"a split pair has tau_bias, not {quantity}")
+        return self.tau_bias
+
+    def row(self) -> dict[str, Any]:
+        """The :data:`PAIR_COLUMNS` cells of both members' summary.csv rows."""
+        e = self.tau_bias
+        return {"pair": self.run, "tau_bias": e.value, "tau_bias_lo": e.lo, "tau_bias_hi": e.hi,
+                "tau_bias_censored": e.censored, "pair_evals": self.n_evals}
+
+
+def summarize_pairs(lines_by_pair: dict[str, list[dict[str, Any]]]) -> tuple[PairSummary, ...]:
+    """tau_bias of every split pair from its pairs.jsonl lines (:func:`diffmem.analysis.runfiles.read_pairs`: one
+    per step, sorted); a pair whose lines the estimator refuses gets no value, with a warning."""
+    out = []
+    for pair, lines in lines_by_pair.items():
+        if not lines:
+            continue
+        first = lines[0]
+        try:
+            est = timescales.tau_bias([float(r["step"]) for r in lines], [r.get("bias_lo") for r in lines])
+        except TimescaleInputError as e:
+            warnings.warn(f"pair {pair}: tau_bias not estimated: {e}", stacklevel=2)
+            est = Estimate(None, None, None, False, str(e))
+        out.append(PairSummary(pair, (str(first.get("run_a")), str(first.get("run_b"))), int(first["n"]),
+                               int(first["width"]), int(first["seed_train"]), len(lines), est))
+    return tuple(out)
+
+
+def kept_pairs(pairs: Sequence[PairSummary], runs: Sequence[RunSummary],
+               experiment_dir: str | Path) -> tuple[PairSummary, ...]:
+    """The pairs whose two runs are both among ``runs``; each other pair is left out with a warning (its runs were
+    moved out of the experiment folder, e.g. into an experiment of their own)."""
+    names = {r.run for r in runs}
+    kept = []
+    for p in pairs:
+        if set(p.members) <= names:
+            kept.append(p)
+        else:
+            warnings.warn(f"pair {p.run}: its runs {' and '.join(p.members)} are not both in {experiment_dir}; left "
+                          "out of the analysis", stacklevel=2)
+    return tuple(kept)
+
+
 def seed_columns(runs: Sequence[RunSummary]) -> dict[str, dict[str, Any]]:
     """Per run name, the seed columns of its cell (the runs with the same n and width): ``seeds_in_cell``, and for
     tau_gen and tau_mem the geometric mean and geometric standard deviation over the cell's measured runs."""
@@ -246,31 +318,51 @@ def _fit_joint(runs, quantity) -> JointLawFit:
     return fit_joint_law(quantity, ("n", "width"), points, censored=censored, excluded=excluded)
 
 
+def _n_of(r) -> float:
+    return float(r.n)
+
+
+def _width_of(r) -> float:
+    return float(r.width)
+
+
+def _by(runs, key: str, quantity: str, x_name: str, x_of) -> dict[str, PowerLawFit]:
+    """One fit per value of ``key`` (the runs sharing it)."""
+    values = sorted({getattr(r, key) for r in runs})
+    return {str(v): _fit([r for r in runs if getattr(r, key) == v], quantity, x_name, x_of) for v in values}
+
+
+def _vs_n(runs, quantity: str) -> FitSet:
+    """``quantity`` against N: pooled over widths, and per width."""
+    return FitSet(_fit(runs, quantity, "n", _n_of), _by(runs, "width", quantity, "n", _n_of), "width")
+
+
+def _vs_width(runs, quantity: str) -> FitSet:
+    """``quantity`` against W: pooled over N, and per N."""
+    return FitSet(_fit(runs, quantity, "width", _width_of), _by(runs, "n", quantity, "width", _width_of), "n")
+
+
 def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
     """The laws of one variable in fits.json (see the module docstring), each pooled and per group."""
-    def by(key: str, quantity: str, x_name: str, x_of) -> dict[str, PowerLawFit]:
-        values = sorted({getattr(r, key) for r in runs})
-        return {str(v): _fit([r for r in runs if getattr(r, key) == v], quantity, x_name, x_of) for v in values}
-
-    def vs_n(quantity: str) -> FitSet:
-        return FitSet(_fit(runs, quantity, "n", n_of), by("width", quantity, "n", n_of), "width")
-
-    def vs_width(quantity: str) -> FitSet:
-        return FitSet(_fit(runs, quantity, "width", w_of), by("n", quantity, "width", w_of), "n")
-
-    n_of, w_of = (lambda r: float(r.n)), (lambda r: float(r.width))
     fits = {
-        "tau_mem_vs_n": vs_n("tau_mem"),
-        "tau_gen_vs_n": vs_n("tau_gen"),
-        "tau_gen_vs_width": vs_width("tau_gen"),
+        "tau_mem_vs_n": _vs_n(runs, "tau_mem"),
+        "tau_gen_vs_n": _vs_n(runs, "tau_gen"),
+        "tau_gen_vs_width": _vs_width(runs, "tau_gen"),
         "tau_mem_vs_n_over_width": FitSet(_fit(runs, "tau_mem", "n_over_width", lambda r: r.n / r.width)),
-        "tau_mem_epochs_vs_n": vs_n("tau_mem_epochs"),
-        "tau_mem_vs_width": vs_width("tau_mem"),
+        "tau_mem_epochs_vs_n": _vs_n(runs, "tau_mem_epochs"),
+        "tau_mem_vs_width": _vs_width(runs, "tau_mem"),
     }
     for name in sorted({name for r in runs for name in r.levels}, key=lambda k: float(k[11:])):
-        fits[f"{name}_vs_n"] = vs_n(name)
-        fits[f"{name}_vs_width"] = vs_width(name)
+        fits[f"{name}_vs_n"] = _vs_n(runs, name)
+        fits[f"{name}_vs_width"] = _vs_width(runs, name)
     return fits
+
+
+def fit_pairs(pairs: Sequence[PairSummary]) -> tuple[dict[str, FitSet], dict[str, JointLawFit]]:
+    """tau_bias's laws, one point per split pair, by the method of tau_mem's: ``tau_bias_vs_n`` (pooled, and
+    ``by_width``), ``tau_bias_vs_width`` (pooled, and ``by_n``) and the joint ``tau_bias_vs_n_and_width``."""
+    return ({"tau_bias_vs_n": _vs_n(pairs, "tau_bias"), "tau_bias_vs_width": _vs_width(pairs, "tau_bias")},
+            {"tau_bias_vs_n_and_width": _fit_joint(pairs, "tau_bias")})
 
 
 def fit_joint(runs: Sequence[RunSummary]) -> dict[str, JointLawFit]:
@@ -349,6 +441,7 @@ class Summary:
     joint: dict[str, JointLawFit] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     report: Path | None = None  # report.md (diffmem.analysis.report)
+    pairs: tuple[PairSummary, ...] = ()  # split pairs (pairs.jsonl), with tau_bias
 
     def format(self) -> str:
         """Human text: one line per run, the seed cells (when there are seeds), one line per fitted law with its
@@ -378,6 +471,9 @@ class Summary:
                                                                        if c[f"{q}_seed_gsd"] else "")
                                  for q in ("tau_gen", "tau_mem") if c[f"{q}_seed_gmean"] is not None)
                 lines.append(f"    N={r.n:<6} W={r.width:<4} {c['seeds_in_cell']} seeds  {text}")
+        for p in self.pairs:
+            lines.append(f"  pair {p.run:<19} N={p.n:<6} W={p.width:<4} {p.n_evals} paired evaluations  "
+                         f"tau_bias={show(p.tau_bias)}")
         for name, fs in self.fits.items():
             lines.append(f"  {name}: {fs.pooled.describe()}")
         for name, fit in self.joint.items():
@@ -407,6 +503,9 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
     summary.csv (diffmem.analysis.report). ``n_samples``: use only the evaluations that drew
     that many samples (to compare sample counts; write those files elsewhere with ``out_dir``).
 
+    Split pairs: ``experiment_dir/pairs.jsonl`` (`diffmem pairs`), when present, adds each pair's tau_bias to its
+    members' rows and tau_bias's laws to fits.json (``n_samples`` keeps only its lines with that many samples).
+
     Works on partial experiments (runs still training are summarized from the evaluations they have). Refuses
     (IncomparableRuns, nothing written) runs that differ in a key outside :data:`MAY_DIFFER`, e.g. the data source
     or the image size."""
@@ -419,14 +518,27 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
     if n_samples is not None:
         records = [only_n_samples(r, n_samples) for r in records]
     runs = tuple(summarize_run(r) for r in records)
+    pair_lines = read_pairs(experiment_dir)
+    if n_samples is not None:
+        pair_lines = {p: [line for line in lines if line.get("n_samples") == n_samples]
+                      for p, lines in pair_lines.items()}
+    pairs = kept_pairs(summarize_pairs(pair_lines), runs, experiment_dir)
     fits = fit_all(runs)
     joint = fit_joint(runs)
+    if pairs:
+        pair_fits, pair_joint = fit_pairs(pairs)
+        fits |= pair_fits
+        joint |= pair_joint
+    pair_cells = {member: p.row() for p in pairs for member in p.members}
     notes = tuple(n for n in (sample_count_note(runs),) if n)
     levels = sorted({float(k[11:]) for r in runs for k in r.levels})
     seeds = seed_columns(runs)
-    summary_csv = write_csv(target / "summary.csv", SUMMARY_COLUMNS + tuple(level_columns(levels)),
-                            ({**r.row(), **seeds[r.run]} for r in runs))
+    summary_csv = write_csv(target / "summary.csv",
+                            SUMMARY_COLUMNS + tuple(level_columns(levels)) + (PAIR_COLUMNS if pairs else ()),
+                            ({**r.row(), **seeds[r.run], **pair_cells.get(r.run, {})} for r in runs))
     censored = {q: [r.run for r in runs if getattr(r, q).censored] for q in ("tau_mem", "tau_gen")}
+    if pairs:
+        censored["tau_bias"] = [p.run for p in pairs if p.tau_bias.censored]
     fits_json = write_json(target / "fits.json", {
         "diffmem_version": __version__,
         "method_name": FIT_METHOD, "method": FIT_METHOD_TEXT, "ci": 0.95,
@@ -442,4 +554,4 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
 
         figure_results = tuple(plots.make_figures(experiment_dir))
     report = write_report(experiment_dir, target)
-    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, figure_results, joint, notes, report)
+    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, figure_results, joint, notes, report, pairs)

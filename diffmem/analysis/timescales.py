@@ -1,5 +1,5 @@
-"""Timescale estimators of one run: tau_mem (and its level crossings tau_mem_at_L), tau_gen and tau_gap, each with an
-interval and an explicit rule.
+"""Timescale estimators of one run: tau_mem (and its level crossings tau_mem_at_L), tau_gen and tau_gap, and of one
+split pair: tau_bias; each with an interval and an explicit rule.
 
 Every estimator takes plain sequences (one entry per evaluation; ``None`` or NaN marks a metric that was not
 recorded at that evaluation and is dropped) and returns an :class:`Estimate`. Steps are optimizer steps (>= 0);
@@ -82,6 +82,15 @@ Definitions (docs/analysis.md copies them):
   where ``gap - g0 - band`` crosses 0 (log-time interpolation) before the first evaluation that is open together
   with the next one (the last evaluation counts alone). Interval: the bracket [previous step, that step]. Never
   open: censored, value = lo = the last step, hi = None. Fewer than 3 evaluations with both losses: value None.
+- **tau_bias** (:func:`tau_bias`). A split pair's samples start to favour their own train set
+  (docs/split-pairs.md). At each paired evaluation the bias (mean over draws of ln(d_other / d_own)) has a 95%
+  bootstrap interval; the bias is *established* at an evaluation when its lower end is above 0. Let ``b`` be the
+  first evaluation from which the bias is established at every evaluation up to the last one. tau_bias = the
+  log-time midpoint ``sqrt(step_{b-1} * step_b)``, interval (and bracket) [step_{b-1}, step_b]. Why "stays": the
+  bias of an untrained model is a noisy ratio of two nearly equal distances, and its interval leaves 0 by chance at
+  single early evaluations, so the first exit alone would date the bias to the first steps; a bias that grows with
+  training stays out. Not established at the last evaluation: censored lower bound at the last step. Established
+  from the first evaluation on: censored upper bound at the first step.
 """
 from __future__ import annotations
 
@@ -441,6 +450,36 @@ def tau_gap(steps: Sequence[float], train_loss: Sequence[float | None], test_los
     u = -e0 / (e1 - e0) if e0 < 0 else 0.0
     value = _log_between(float(s[g - 1]), float(s[g]), u)
     return Estimate(value, float(s[g - 1]), float(s[g]), False, rule)
+
+
+# --- tau_bias: split pairs --------------------------------------------------------------------------------------------
+
+def tau_bias(steps: Sequence[float], bias_lo: Sequence[float | None]) -> Estimate:
+    """The first evaluation step from which a split pair's bias stays established (see the module docstring).
+
+    ``steps``: optimizer steps, one per paired evaluation (pairs.jsonl, ``diffmem.paired_evaluation``);
+    ``bias_lo``: the lower end of the 95% bootstrap interval of the bias (the mean log ratio of the distances to
+    the other and to the own train set, no unit) at each of them, None where not recorded.
+    """
+    s = _check_steps(steps)
+    lo = _as_float_array(bias_lo, s.size, "bias_lo")
+    keep = np.isfinite(lo)
+    if not keep.any():
+        return Estimate(None, None, None, False, "no paired evaluation recorded")
+    s, lo = s[keep], lo[keep]
+    rule = ("first evaluation from which bias_lo > 0 at it and at every later evaluation; tau_bias = log-time "
+            "midpoint of it and the evaluation before, interval = those two steps")
+    not_above = np.flatnonzero(lo <= 0)
+    if not_above.size and not_above[-1] == s.size - 1:
+        last = float(s[-1])
+        return Estimate(last, last, None, True, f"bias not established at the last evaluation (lower bound); {rule}")
+    b = int(not_above[-1]) + 1 if not_above.size else 0
+    if b == 0:
+        first = float(s[0])
+        return Estimate(first, None, first, True, f"bias established from the first evaluation on (upper bound); "
+                                                  f"{rule}")
+    value = _log_between(float(s[b - 1]), float(s[b]), 0.5)
+    return Estimate(value, float(s[b - 1]), float(s[b]), False, rule)
 
 
 # --- all three from a run's metrics records --------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 - ``fid``: Frechet distance by torch-fidelity (Inception when its weights are on disk, else an offline extractor),
   with cached reference statistics; ``metric_label`` names the number ("FID" or "FD (<extractor>)").
 - ``losses``: the denoising loss at a fixed diffusion time on train and held-out images (the loss gap).
+- ``pairs``: two models on disjoint train sets sampled from the same noise: pair distance, bias toward the own train
+  set, own fraction, with bootstrap CIs (docs/split-pairs.md).
 
 The modules are imported on use (``from diffmem.metrics.fid import fid``), so importing one does not load the others.
 """

@@ -188,9 +188,10 @@ def distance_ratio(d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
 
 
 def bootstrap_interval(indicators: np.ndarray, n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the mean of (n,) 0/1 indicators.
+    """Percentile-bootstrap interval of the mean of (n,) values (0/1 indicators for f_mem; per-draw measures of
+    split pairs, ``diffmem.metrics.pairs``).
 
-    Draws ``n_boot`` resamples of the n indicators with replacement from ``numpy.random.default_rng(seed)`` and
+    Draws ``n_boot`` resamples of the n values with replacement from ``numpy.random.default_rng(seed)`` and
     returns the (1 - level)/2 and (1 + level)/2 percentiles of their means.
     """
     values = np.asarray(indicators, dtype=np.float64)

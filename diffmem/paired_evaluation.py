@@ -1,0 +1,177 @@
+"""``diffmem pairs EXPERIMENT_DIR``: the paired evaluation of split pairs -> ``<experiment>/pairs.jsonl``.
+
+A *split pair* is two runs of one experiment with the same N, W and seed and everything else equal, trained on the
+disjoint train blocks 0 and 1 (``sweep.splits = [0, 1]``: run ``n00016_w08_s0`` and run ``n00016_w08_s0_split1``).
+At every evaluation step of the runs' grid that both have a checkpoint for and that pairs.jsonl does not hold yet,
+both checkpoints are loaded, both models sample ``n_samples`` images from the same initial noise (the memorization
+evaluation's seed and sampler, :func:`diffmem.evaluate.draw_samples`), and the measures of
+:mod:`diffmem.metrics.pairs` are appended as one JSON line per (pair, step), in pixel units x / 255 (each model's
+centering offset added back, so the distances are the memorization test's).
+
+The file is only appended (``diffmem.io.append_jsonl``, under the lock ``<experiment>/pairs.lock``): a rerun after a
+kill continues with the first (pair, step) not recorded, and never writes a (pair, step) twice. A step recorded once
+is never computed again (a rerun with another ``--n-samples`` only adds the steps still missing). The runs may still
+be training: only their checkpoints are read (written atomically), never their locks.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from diffmem.analysis.runfiles import find_run_folders, latest_per_step
+from diffmem.config import RunConfig, config_diff
+from diffmem.data import ImageSet, load_images, make_splits
+from diffmem.device import resolve_device
+from diffmem.diffusion import Diffusion
+from diffmem.evaluate import checkpoint_model, draw_samples
+from diffmem.io import append_jsonl, read_jsonl
+from diffmem.metrics.pairs import paired_measures
+from diffmem.rundir import PAIRS_FILE, PAIRS_LOCK, RunDir, RunLock
+
+PAIR_SPLITS = (0, 1)  # the training blocks (data.subset_index) of a pair's two members
+MAY_DIFFER_IN_A_PAIR = ("data.subset_index", "train.steps")  # train.steps: a budget may have grown in one member
+
+
+class PairError(ValueError):
+    """An experiment folder whose split pairs cannot be evaluated; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class SplitPair:
+    """Two runs of one (N, W, seed) on training blocks 0 (``a``) and 1 (``b``); ``name`` is the pair's id, the name
+    of its split-0 run (e.g. ``n00016_w08_s0``)."""
+
+    name: str
+    a: RunDir
+    b: RunDir
+    cfg_a: RunConfig
+    cfg_b: RunConfig
+    steps_a: tuple[int, ...]  # each member's evaluation grid (optimizer steps), as its config.json schedules it
+    steps_b: tuple[int, ...]
+
+    def common_steps(self) -> list[int]:
+        """Evaluation steps of both grids that both members have a checkpoint for, ascending."""
+        ready_a = set(self.steps_a) & set(self.a.checkpoint_steps())
+        return sorted(ready_a & set(self.steps_b) & set(self.b.checkpoint_steps()))
+
+
+def find_pairs(experiment_dir: str | Path) -> list[SplitPair]:
+    """The split pairs of an experiment folder, ordered by their split-0 run's name: for every (N, W, seed), the run
+    on block 0 and the run on block 1. PairError when there is none, or when two runs claim one member."""
+    members: dict[tuple[int, int, int, int], tuple[RunDir, Any]] = {}
+    for path in find_run_folders(experiment_dir):
+        run = RunDir(path)
+        stored = run.read_config()
+        cfg = stored.config
+        if cfg.data.subset_index not in PAIR_SPLITS:
+            continue
+        key = (cfg.data.n, cfg.model.width, cfg.train.seed, cfg.data.subset_index)
+        if key in members:
+            raise PairError(f"{members[key][0].path.name} and {path.name} both train N = {key[0]}, W = {key[1]}, "
+                            f"seed {key[2]} on block {key[3]}; keep one experiment per folder")
+        members[key] = (run, stored)
+    pairs = []
+    for (n, width, seed, split), (run_a, stored_a) in sorted(members.items(), key=lambda kv: kv[1][0].path.name):
+        if split != PAIR_SPLITS[0] or (n, width, seed, PAIR_SPLITS[1]) not in members:
+            continue
+        run_b, stored_b = members[(n, width, seed, PAIR_SPLITS[1])]
+        differ = [d for d in config_diff(stored_a.config.to_dict(), stored_b.config.to_dict())
+                  if d.split(":")[0] not in MAY_DIFFER_IN_A_PAIR]
+        if differ:
+            raise PairError(f"{run_a.path.name} and {run_b.path.name} differ in {differ[0]}: a split pair differs "
+                            "only in its train block; train them with one experiment file and sweep.splits")
+        pairs.append(SplitPair(run_a.path.name, run_a, run_b, stored_a.config, stored_b.config,
+                               tuple(stored_a.scheduled_steps()), tuple(stored_b.scheduled_steps())))
+    if not pairs:
+        raise PairError(f"{experiment_dir} holds no split pair (two runs of one N, W and seed on train blocks 0 and "
+                        "1); train one with `diffmem sweep` and sweep.splits = [0, 1]")
+    return pairs
+
+
+def recorded_keys(path: str | Path) -> set[tuple[str, str, int]]:
+    """(run_a, run_b, step) of every line of a pairs.jsonl (none when it is missing; a line cut by a crash is not
+    counted, and the next append removes it)."""
+    return {(r["run_a"], r["run_b"], int(r["step"])) for r in read_jsonl(path)
+            if isinstance(r, dict) and {"run_a", "run_b", "step"} <= set(r)}
+
+
+def _f_mem_at(run: RunDir, step: int) -> float | None:
+    """The run's f_mem at ``step`` from its metrics.jsonl (the last line of that step), None when not evaluated."""
+    by_step = {int(r["step"]): r for r in latest_per_step([r for r in run.metrics() if "step" in r])}
+    return by_step.get(step, {}).get("f_mem")
+
+
+class PairEvaluator:
+    """Everything the evaluations of one pair share: both train sets in pixel units x / 255 (N, C, S, S) on the
+    device, both centering offsets, the diffusion."""
+
+    def __init__(self, pair: SplitPair, device: torch.device, images: ImageSet | None = None):
+        """``images``: the source's images when already loaded (``load_images(pair.cfg_a.data)``)."""
+        self.pair, self.device = pair, device
+        images = load_images(pair.cfg_a.data) if images is None else images
+        self.splits = [make_splits(images, cfg.data) for cfg in (pair.cfg_a, pair.cfg_b)]
+        self.trains = [s.train.to(device=device, dtype=torch.float32) / 255.0 for s in self.splits]
+        self.diffusion = Diffusion(pair.cfg_a.diffusion)
+
+    def measure(self, step: int, n_samples: int) -> dict[str, Any]:
+        """The JSON line of ``step``: both checkpoints sampled from the same noise, the paired measures."""
+        t0 = time.perf_counter()
+        e = self.pair.cfg_a.eval
+        pixels = []
+        for run, cfg, splits in zip((self.pair.a, self.pair.b), (self.pair.cfg_a, self.pair.cfg_b), self.splits):
+            model = checkpoint_model(run, cfg, step, self.device)
+            with torch.no_grad():
+                samples = draw_samples(self.diffusion, model, e, n_samples, tuple(splits.train.shape[1:]),
+                                       self.device)
+            pixels.append(samples + splits.mean.to(self.device))  # centered -> x / 255, unclamped
+        measures = paired_measures(pixels[0], pixels[1], self.trains[0], self.trains[1], n_boot=e.n_boot,
+                                   seed=e.seed)
+        cfg = self.pair.cfg_a
+        return {
+            "pair": self.pair.name, "run_a": self.pair.a.path.name, "run_b": self.pair.b.path.name,
+            "split_a": self.pair.cfg_a.data.subset_index, "split_b": self.pair.cfg_b.data.subset_index,
+            "n": cfg.data.n, "width": cfg.model.width, "seed_train": cfg.train.seed, "step": step,
+            **measures.to_dict(),
+            "f_mem_a": _f_mem_at(self.pair.a, step), "f_mem_b": _f_mem_at(self.pair.b, step),
+            "seed": e.seed, "sampler": e.sampler, "sampler_steps": e.sampler_steps,
+            "sampler_schedule": e.sampler_schedule, "clip_sample": e.clip_sample, "n_boot": e.n_boot,
+            "wall_s": round(time.perf_counter() - t0, 3),
+        }
+
+
+def evaluate_pairs(experiment_dir: str | Path, device: str = "auto", n_samples: int | None = None,
+                   log: Callable[[str], None] = print) -> int:
+    """Append the line of every (pair, step) that pairs.jsonl lacks (module docstring); returns how many were
+    appended. ``n_samples``: draws per step (default: the runs' ``eval.n_samples``)."""
+    experiment = Path(experiment_dir)
+    pairs = find_pairs(experiment)
+    path = experiment / PAIRS_FILE
+    dev = resolve_device(device)
+    appended = 0
+    sources: dict[tuple[Any, ...], ImageSet] = {}  # one load per source and image size
+    with RunLock(RunDir(experiment), name=PAIRS_LOCK):
+        done = recorded_keys(path)
+        for pair in pairs:
+            todo = [s for s in pair.common_steps() if (pair.a.path.name, pair.b.path.name, s) not in done]
+            if not todo:
+                continue
+            data = pair.cfg_a.data
+            key = (data.source, data.path, data.image_size, data.cache_dir)
+            if key not in sources:
+                sources[key] = load_images(data)
+            evaluator = PairEvaluator(pair, dev, sources[key])
+            count = n_samples or pair.cfg_a.eval.n_samples
+            for step in todo:
+                line = evaluator.measure(step, count)
+                append_jsonl(path, line)
+                appended += 1
+                log(f"{pair.name} step {step}: pair distance {line['pair_distance']:.4g}, bias {line['bias']:.3g} "
+                    f"[{line['bias_lo']:.3g}, {line['bias_hi']:.3g}], own {line['own_fraction']:.3f} "
+                    f"({line['wall_s']:.1f} s)")
+    if not appended:
+        log(f"{path}: every step that both members of each pair have reached is recorded")
+    return appended

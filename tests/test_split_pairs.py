@@ -1,0 +1,309 @@
+"""Split pairs (docs/split-pairs.md): the paired measures on planted generators with known answers and against a
+brute-force nearest-neighbour reference, tau_bias on planted curves, the split grid, and the real CLI end to end
+(sweep with two splits -> `diffmem pairs` -> kill and rerun -> `diffmem analyze`)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from diffmem.analysis.powerlaw import load_fits
+from diffmem.analysis.runfiles import read_csv, read_pairs
+from diffmem.analysis.timescales import tau_bias
+from diffmem.cli import main
+from diffmem.config import SweepConfig
+from diffmem.data import load_images, make_splits
+from diffmem.device import resolve_device
+from diffmem.experiment import expand_grid
+from diffmem.io import read_jsonl
+from diffmem.metrics.pairs import DISTANCE_FLOOR, own_and_other_distances, paired_measures
+from diffmem.paired_evaluation import PairEvaluator, SplitPair, find_pairs
+from diffmem.rundir import PAIRS_FILE, RunDir
+from tiny_runs import TINY_GRID, sets, tiny_config
+
+D = 64  # dimensions of the planted population N(0, I_D)
+N_TRAIN = 200  # images per planted train set
+N_DRAWS = 400  # paired draws
+
+
+def population(n: int, seed: int) -> torch.Tensor:
+    """n images (n, 1, 8, 8) of the planted population, standard Gaussian pixels."""
+    return torch.randn(n, 1, 8, 8, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def typical_distance() -> float:
+    """E ||x - y|| for x, y independent N(0, I_D): x - y ~ N(0, 2 I_D), so sqrt(2) times the chi(D) mean."""
+    return math.sqrt(2.0) * stats.chi.mean(D)
+
+
+TRAIN_A, TRAIN_B = population(N_TRAIN, 1), population(N_TRAIN, 2)
+
+
+# --- the measures, planted --------------------------------------------------------------------------------------------
+
+def test_a_generator_that_returns_its_own_images_is_biased_and_far_from_its_twin():
+    """Each model returns slightly perturbed images of its own train set (draw i: image i of each set)."""
+    pick = torch.arange(N_DRAWS) % N_TRAIN
+    noise = 0.01 * population(N_DRAWS, 3)
+    m = paired_measures(TRAIN_A[pick] + noise, TRAIN_B[pick] + noise, TRAIN_A, TRAIN_B, n_boot=500, seed=0)
+    # d_own = ||noise|| ~ 0.01 sqrt(D) = 0.08; d_other ~ the nearest of 200 population images, several units
+    assert m.bias_lo > math.log(20) and m.own_fraction == m.own_fraction_lo == 1.0
+    # the pair's images are two unrelated population images: their distance is the population's typical one
+    assert m.pair_distance == pytest.approx(typical_distance(), rel=0.05)
+    assert m.pair_distance_lo > 0.9 * typical_distance()
+
+
+def test_two_generators_drawing_from_the_held_out_population_have_no_bias():
+    a, b = population(N_DRAWS, 4), population(N_DRAWS, 5)
+    m = paired_measures(a, b, TRAIN_A, TRAIN_B, n_boot=1000, seed=0)
+    assert m.bias_lo < 0.0 < m.bias_hi
+    assert m.own_fraction_lo < 0.5 < m.own_fraction_hi
+    assert m.pair_distance_lo < typical_distance() < m.pair_distance_hi
+    assert m.pair_distance == pytest.approx(typical_distance(), rel=0.05)
+
+
+def test_two_identical_generators_have_pair_distance_zero_and_no_bias():
+    a = population(N_DRAWS, 6)
+    m = paired_measures(a, a.clone(), TRAIN_A, TRAIN_B, n_boot=200, seed=0)
+    assert m.pair_distance == m.pair_distance_lo == m.pair_distance_hi == 0.0
+    # sample i of both models is one image: its two log ratios cancel exactly
+    assert np.abs(m.biases).max() < 1e-12 and m.own.tolist() == [0.5] * N_DRAWS
+
+
+def test_distances_and_measures_equal_a_brute_force_reference():
+    a = population(50, 7) * 0.7 + TRAIN_A[:50] * 0.5  # samples between the population and train set A
+    b = population(50, 8)
+    own, other = own_and_other_distances(a, TRAIN_A, TRAIN_B)
+    brute_own = torch.cdist(a.reshape(50, -1), TRAIN_A.reshape(N_TRAIN, -1)).min(1).values
+    brute_other = torch.cdist(a.reshape(50, -1), TRAIN_B.reshape(N_TRAIN, -1)).min(1).values
+    assert torch.allclose(own, brute_own, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(other, brute_other, rtol=1e-10, atol=1e-12)
+    m = paired_measures(a, b, TRAIN_A, TRAIN_B, n_boot=100, seed=0)
+    own_b = torch.cdist(b.reshape(50, -1), TRAIN_B.reshape(N_TRAIN, -1)).min(1).values
+    other_b = torch.cdist(b.reshape(50, -1), TRAIN_A.reshape(N_TRAIN, -1)).min(1).values
+    bias = 0.5 * (torch.log(brute_other / brute_own) + torch.log(other_b / own_b))
+    own_frac = 0.5 * ((brute_own < brute_other).double() + (own_b < other_b).double())
+    assert m.bias == pytest.approx(float(bias.mean()), rel=1e-9)
+    assert m.own_fraction == pytest.approx(float(own_frac.mean()))
+    assert m.pair_distance == pytest.approx(float((a - b).reshape(50, -1).norm(dim=1).mean()), rel=1e-12)
+    assert 0 < m.bias_lo <= m.bias <= m.bias_hi  # a's samples lean toward set A (b's have no preference)
+
+
+def test_an_exact_copy_gives_a_large_finite_bias():
+    m = paired_measures(TRAIN_A[:4].clone(), TRAIN_B[:4].clone(), TRAIN_A, TRAIN_B, n_boot=10, seed=0)
+    assert math.isfinite(m.bias) and m.bias > -math.log(DISTANCE_FLOOR)
+
+
+# --- tau_bias on planted curves ---------------------------------------------------------------------------------------
+
+STEPS = [1, 2, 4, 8, 16, 32]
+
+
+def test_tau_bias_is_where_the_interval_stays_above_zero():
+    # a chance exit at step 2 does not count: the bias is established from step 8 on
+    est = tau_bias(STEPS, [-0.2, 0.01, -0.1, 0.05, 0.2, 0.4])
+    assert not est.censored and (est.lo, est.hi) == (4.0, 8.0) and est.value == pytest.approx(math.sqrt(32))
+
+
+def test_tau_bias_censored_and_missing():
+    never = tau_bias(STEPS, [-0.2, 0.1, 0.2, 0.3, 0.1, -0.01])  # not established at the last evaluation
+    assert never.censored and never.value == never.lo == 32.0 and never.hi is None
+    always = tau_bias(STEPS, [0.1] * 6)
+    assert always.censored and always.value == always.hi == 1.0 and always.lo is None
+    gaps = tau_bias(STEPS, [-0.1, None, -0.1, None, 0.2, 0.3])  # unrecorded evaluations are left out
+    assert (gaps.lo, gaps.hi) == (4.0, 16.0)
+    assert tau_bias(STEPS, [None] * 6).value is None
+
+
+# --- the split grid ---------------------------------------------------------------------------------------------------
+
+def test_split_i_trains_on_block_i_and_split_0_keeps_its_name(tmp_path):
+    base = tiny_config(base=TINY_GRID)
+    runs = expand_grid(base, SweepConfig(n=[8, 16], width=[8], seeds=[0], splits=[0, 1]), tmp_path)
+    assert [(r.name, r.cfg.data.subset_index, r.split) for r in runs] == [
+        ("n00008_w08_s0", 0, 0), ("n00008_w08_s0_split1", 1, 1),
+        ("n00016_w08_s0", 0, 0), ("n00016_w08_s0_split1", 1, 1)]
+    plain = expand_grid(base, SweepConfig(n=[8], width=[8], seeds=[0]), tmp_path)
+    assert [(r.name, r.cfg.data.subset_index) for r in plain] == [("n00008_w08_s0", 0)]
+    # the held-out pool is the end of the ordering: both blocks lie before it and do not overlap
+    images = load_images(base.data)
+    a, b = (make_splits(images, r.cfg.data) for r in runs[2:])
+    assert a.train_range == (0, 16) and b.train_range == (16, 32) and a.heldout_range[0] >= 32
+
+
+# --- end to end through the CLI ---------------------------------------------------------------------------------------
+
+GRID = TINY_GRID + ["sweep.n=[4, 8]", "sweep.width=[8]", "sweep.splits=[0, 1]", "eval.times=3",
+                    "eval.n_samples=16", "eval.n_boot=50"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A tiny sweep of two N, each a split pair (4 runs of 20 steps, 3 evaluations each)."""
+    exp = tmp_path_factory.mktemp("pairs") / "exp"
+    config = exp.parent / "grid.toml"
+    config.write_text("")
+    assert main(["sweep", str(config), "--cluster", "debug", "--out", str(exp), "--no-progress", *sets(GRID)]) == 0
+    return exp
+
+
+def keys(path: Path) -> list[tuple[str, str, int]]:
+    return [(r["run_a"], r["run_b"], r["step"]) for r in read_jsonl(path)]
+
+
+def test_pairs_then_kill_and_rerun_then_analyze(trained, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    assert main(["pairs", str(exp), "--device", "cpu"]) == 0
+    path = exp / PAIRS_FILE
+    first = read_jsonl(path)
+    steps = RunDir(exp / "n00004_w08_s0").checkpoint_steps()
+    expected = [(f"n0000{n}_w08_s0", f"n0000{n}_w08_s0_split1", s) for n in (4, 8) for s in steps]
+    assert keys(path) == expected and len(steps) == 3
+    for line in first:
+        assert line["n_samples"] == 16 and line["pair"] == line["run_a"]
+        assert line["f_mem_a"] is not None and line["f_mem_b"] is not None
+        for name in ("pair_distance", "bias", "own_fraction"):
+            assert line[f"{name}_lo"] <= line[f"{name}_hi"]
+        assert line["pair_distance"] > 0  # two models on different images do not agree exactly
+    # a rerun has nothing to do
+    assert main(["pairs", str(exp)]) == 0
+    assert keys(path) == expected
+    # a kill while appending: the last line gone and the one before cut short
+    text = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(text[:-2]) + text[-2][:25])
+    capsys.readouterr()
+    assert main(["pairs", str(exp)]) == 0
+    assert "skipping a truncated last line" in capsys.readouterr().err
+    assert keys(path) == expected
+    timing = {"wall_s"}
+    again = read_jsonl(path)
+    assert [{k: v for k, v in r.items() if k not in timing} for r in again] == \
+        [{k: v for k, v in r.items() if k not in timing} for r in first]  # same noise, same numbers
+    capsys.readouterr()
+    assert main(["analyze", str(exp), "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    assert "pair n00004_w08_s0" in out and "pair n00008_w08_s0" in out
+    rows = {r["run"]: r for r in read_csv(exp / "summary.csv")}
+    assert rows["n00008_w08_s0"]["pair"] == rows["n00008_w08_s0_split1"]["pair"] == "n00008_w08_s0"
+    lines = read_pairs(exp)["n00008_w08_s0"]
+    est = tau_bias([r["step"] for r in lines], [r["bias_lo"] for r in lines])
+    assert rows["n00008_w08_s0"]["tau_bias"] == pytest.approx(est.value)
+    assert rows["n00008_w08_s0"]["tau_bias_censored"] == est.censored and rows["n00008_w08_s0"]["pair_evals"] == 3
+    fits = json.loads((exp / "fits.json").read_text())
+    assert {"tau_bias_vs_n", "tau_bias_vs_width", "tau_bias_vs_n_and_width"} <= set(fits)
+    assert "tau_bias" in fits["censored_runs"]
+    law = fits["tau_bias_vs_n"]  # one entry per pair (not per run), whether measured, a bound or left out
+    listed = [p["run"] for p in law["points"] + law["censored"] + law["excluded"]]
+    assert sorted(listed) == ["n00004_w08_s0", "n00008_w08_s0"]
+    assert set(load_fits(exp)) >= {"tau_bias_vs_n", "tau_bias_vs_width"}
+
+
+def test_one_model_paired_with_itself_gives_pair_distance_zero(trained):
+    """Both members sampled from the same noise: the same model twice gives the same samples."""
+    (pair, _) = find_pairs(trained)
+    twin = SplitPair(pair.name, pair.a, pair.a, pair.cfg_a, pair.cfg_a, pair.steps_a, pair.steps_a)
+    line = PairEvaluator(twin, resolve_device("cpu")).measure(pair.common_steps()[-1], 16)
+    assert line["pair_distance"] == line["pair_distance_hi"] == 0.0
+    assert abs(line["bias"]) < 1e-12
+
+
+@pytest.mark.slow  # two fresh interpreters (torch imports): 40 s on the loaded 2-core machine
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+def test_sigkill_during_pairs_loses_and_duplicates_nothing(trained, tmp_path):
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    path = exp / PAIRS_FILE
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "diffmem.cli", "pairs", str(exp), "--device", "cpu"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and len(read_jsonl(path)) < 2:
+        time.sleep(0.01)
+    assert proc.poll() is None, "pairs ended before the kill"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 2 <= len(read_jsonl(path)) < 6 and (exp / "pairs.lock").exists()  # the rerun takes the dead one's lock
+    done = subprocess.run([sys.executable, "-m", "diffmem.cli", "pairs", str(exp), "--device", "cpu"], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = keys(path)
+    assert len(got) == len(set(got)) == 6 and not (exp / "pairs.lock").exists()
+
+
+def test_an_experiment_without_split_pairs_is_one_line_and_nothing_written(trained, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp, ignore=shutil.ignore_patterns("*_split1"))
+    assert main(["pairs", str(exp)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no split pair" in err[0] and "sweep.splits = [0, 1]" in err[0]
+    assert not (exp / PAIRS_FILE).exists() and not (exp / "pairs.lock").exists()
+
+
+# --- the analysis of pairs.jsonl, planted -----------------------------------------------------------------------------
+
+def planted_pair_lines(pair: str, n: int, width: int, seed: int, tau: float, steps: list[int]) -> list[dict]:
+    """pairs.jsonl lines of a pair whose bias is established from ``tau`` on, with a chance exit before it."""
+    lines = []
+    for k, step in enumerate(steps):
+        lo = 0.05 if step >= tau or k == 1 else -0.05  # the second evaluation: a chance exit that falls back
+        lines.append({"pair": pair, "run_a": pair, "run_b": pair + "_split1", "n": n, "width": width,
+                      "seed_train": seed, "step": step, "bias": lo + 0.05, "bias_lo": lo, "bias_hi": lo + 0.1,
+                      "n_samples": 1000})
+    return lines
+
+
+def test_analyze_reads_tau_bias_per_pair_and_fits_its_law(tmp_path):
+    """Planted tau_bias = 20 N on a grid of evaluations 1.2x apart: the bracket holds it and the fitted exponent's
+    interval holds 1."""
+    from diffmem.analysis.scaling import analyze
+    from diffmem.analysis.synthetic import paper_tau_gen, paper_tau_mem, write_synthetic_experiment, write_synthetic_run
+    from diffmem.io import append_jsonl
+
+    exp = tmp_path / "exp"
+    planted = write_synthetic_experiment(exp, ns=[128, 256, 512, 1024], widths=[32], seeds=[0, 1],
+                                         steps=lambda n, w: 3000 * n)
+    for run in planted:  # each run's twin on the other block
+        write_synthetic_run(exp / f"{run.name}_split1", n=run.n, width=run.width, seed=run.seed, steps=3000 * run.n,
+                            tau_gen=paper_tau_gen(run.n, run.width), tau_mem=paper_tau_mem(run.n, run.width))
+    grid = sorted({int(round(10 * 1.2 ** k)) for k in range(80) if 10 * 1.2 ** k <= 3_000_000})
+    for run in planted:
+        for line in planted_pair_lines(run.name, run.n, run.width, run.seed, 20.0 * run.n, grid):
+            append_jsonl(exp / PAIRS_FILE, line)
+    for line in planted_pair_lines("n00064_w32_s0", 64, 32, 0, 1280.0, grid):  # a pair whose runs were moved out
+        append_jsonl(exp / PAIRS_FILE, line)
+    with pytest.warns(UserWarning, match="pair n00064_w32_s0: its runs .* are not both in"):
+        summary = analyze(exp, figures=False)
+    assert len(summary.pairs) == len(planted)
+    for p in summary.pairs:
+        est = p.tau_bias
+        assert est.measured and est.lo < 20 * p.n <= est.hi and est.hi / est.lo < 1.25
+    rows = {r["run"]: r for r in read_csv(exp / "summary.csv")}
+    assert rows["n00128_w32_s0"]["pair"] == rows["n00128_w32_s0_split1"]["pair"] == "n00128_w32_s0"
+    assert rows["n00128_w32_s0"]["tau_bias_censored"] is False
+    law = json.loads((exp / "fits.json").read_text())["tau_bias_vs_n"]
+    assert law["n_runs"] == 8 and law["exponent_lo"] < 1.0 < law["exponent_hi"]
+    assert abs(law["exponent"] - 1.0) < 0.05
+
+
+def test_a_pairs_line_without_its_pair_is_skipped_with_a_warning(tmp_path):
+    from diffmem.io import append_jsonl
+
+    good = planted_pair_lines("n00004_w08_s0", 4, 8, 0, 3.0, [1, 2, 4])
+    for line in good + [{"pair": "n00004_w08_s0", "step": 8}]:
+        append_jsonl(tmp_path / PAIRS_FILE, line)
+    with pytest.warns(UserWarning, match="skipped line 4"):
+        assert read_pairs(tmp_path) == {"n00004_w08_s0": good}
+
