@@ -81,8 +81,7 @@ class Task:
 
     name: str  # the run folder's name
     run_dir: Path  # the run folder, absolute
-    steps: int  # its planned optimizer steps (recorded with each submission; the local executor runs the longest
-    # first)
+    steps: int  # planned optimizer steps (recorded with each submission; the local executor runs the most first)
     device: str  # its train.device (Slurm: whether its jobs ask for a GPU)
     jobs: tuple[Job, ...]
 
