@@ -29,6 +29,7 @@ from diffmem.rundir import RunDir, pid_alive
 from diffmem.schedule import evaluation_steps
 
 STATES = ("new", "partial", "queued", "running", "cancelled", "failed", "done")
+ACTIVE_STATES = ("running", "queued")  # the states of a run whose latest job is alive
 
 class StatusError(ValueError):
     """An experiment folder that status cannot read; the message says what to pass."""

@@ -42,7 +42,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from diffmem.cluster.base import ClusterOptions, Job, JobResult, Task
-from diffmem.cluster.executors import ACTIVE_STATES, make_executor
+from diffmem.cluster.executors import make_executor
 from diffmem.cluster.slurm import EARLY_SIGNAL_ENV
 from diffmem.config import RunConfig, SweepConfig, continuation_diff
 from diffmem.evaluate import evaluate_run
@@ -50,7 +50,7 @@ from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.jobrecords import one_line, record_job_end, record_job_signal, record_job_start, record_plan
 from diffmem.outcomes import CANCELLED, EVALUATED, FAILED, INTERRUPTED, REQUEUED
 from diffmem.rundir import RunDir
-from diffmem.status import RunStatus, run_status
+from diffmem.status import ACTIVE_STATES, RunStatus, run_status
 from diffmem.train import TrainResult, train
 
 KINDS = ("train", "evaluate")
@@ -306,8 +306,8 @@ def run_sweep(base: RunConfig, sweep: SweepConfig, experiment_dir: str | Path, o
     submits them and returns at once, or with ``wait`` when every job has ended. ``dry_run`` only plans (and
     renders the slurm scripts); it writes nothing. ``progress``: a progress bar for jobs run in this process."""
     experiment_dir = Path(experiment_dir)
-    executor = make_executor(options, experiment_dir, log=log, wait=wait)
     entries = plan_sweep(base, sweep, experiment_dir, eval_separately=eval_separately)
+    executor = make_executor(options, experiment_dir, log=log, wait=wait)
     if not dry_run and executor.wait_for_earlier(_busy(entries)):
         entries = plan_sweep(base, sweep, experiment_dir, eval_separately=eval_separately)
     report = SweepReport(experiment_dir, options, entries, dry_run=dry_run)

@@ -30,10 +30,9 @@ from diffmem.cluster.slurm import sbatch_scripts, submit_tasks, wait_slurm
 from diffmem.jobrecords import job_ended_with, one_line, read_submissions, record_submission, result_error, \
     submitit_folder
 from diffmem.outcomes import FAILED, INTERRUPTED, SUBMITTED, SUCCEEDED
-from diffmem.status import RunStatus, run_status
+from diffmem.status import ACTIVE_STATES, RunStatus, run_status
 
 NO_TIME_LIMIT_MIN = 60 * 24 * 365  # a local job without --time: one year, i.e. never signalled
-ACTIVE_STATES = ("running", "queued")  # run states of a run whose job is still alive
 
 
 class Executor(ABC):

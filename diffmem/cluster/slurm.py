@@ -31,8 +31,7 @@ import submitit
 from submitit.helpers import DelayedSubmission
 
 from diffmem.cluster.base import ClusterError, ClusterOptions, JobResult, Task
-from diffmem.jobrecords import (job_ended_with, read_job, read_result, record_submission,
-                                result_error, submitit_folder)
+from diffmem.jobrecords import job_ended_with, read_job, read_result, record_submission, result_error, submitit_folder
 from diffmem.outcomes import CANCELLED, FAILED, INTERRUPTED, SUBMITTED
 
 # Slurm job states in which a job still holds or waits for its run
@@ -51,7 +50,6 @@ SLURM_FAILURES = {
     "FAILED": "the job's script failed",
 }
 SLURM_QUERY_TIMEOUT_S = 20.0
-
 
 
 # --- what Slurm says about a job --------------------------------------------------------------------------------
@@ -207,7 +205,6 @@ def slurm_failure(state: SlurmJobState, err_log: str | Path | None = None) -> st
     return f"Slurm: {state.state}{reason}{code}" + (f": {why}" if why else "")
 
 
-
 # --- submission -------------------------------------------------------------------------------------------------
 
 DEFAULT_TIME_HOURS = 24.0
@@ -227,8 +224,8 @@ from submitit.core.submission import submitit_main
 submitit_main()
 """
 """What each job's srun runs (``python -u -c JOB_RUNNER <folder>``): submitit's job runner, which loads the task's
-pickled RunJob, installs the preemption handlers and stores the result; a preemption signal that arrives before
-those handlers is kept for :class:`RunJob` instead of killing the job."""
+pickled job (a :class:`diffmem.sweep.RunJob`), installs the preemption handlers and stores the result; a preemption
+signal that arrives before those handlers is kept for the job instead of killing it."""
 
 
 def partition_has_gpus(partition: str | None) -> bool | None:
@@ -442,6 +439,8 @@ def submit_tasks(tasks: list[Task], options: ClusterOptions, experiment_dir: str
         previous = ids
     return results
 
+
+# --- waiting ----------------------------------------------------------------------------------------------------
 
 def _ended_slurm_job(submitted: JobResult, state: SlurmJobState | str | None, experiment_dir: Path) -> JobResult:
     """The JobResult of a Slurm job that is no longer queued or running: its stored result, else Slurm's state."""
