@@ -40,8 +40,9 @@ class Executor(ABC):
     :meth:`run` (or, for a dry run, to :meth:`scripts`) and reads back one :class:`JobResult` per job.
 
     ``kind`` is the name recorded in each run's submissions.json ("debug" | "local" | "slurm"); ``in_process``:
-    the jobs run in this process (a progress bar shows). ``log`` receives one line per event; ``wait``: :meth:`run`
-    returns when every job has ended (the debug and local executors always do; Slurm's only when asked)."""
+    the jobs run in this process (a progress bar shows). ``log`` receives one line per event. :meth:`run` of the
+    debug and local executors returns when every job has ended; Slurm's only with ``wait`` (ignored by the others).
+    """
 
     kind: str = ""
     in_process: bool = False
@@ -56,8 +57,9 @@ class Executor(ABC):
         return 0
 
     def wait_for_earlier(self, busy: list[RunStatus]) -> bool:
-        """Before planning again: wait for the jobs of an earlier sweep, among ``busy`` (runs whose job is queued
-        or running), that this executor must see end; whether it waited (then the sweep plans again)."""
+        """Called after the plan, before any job starts: wait for the jobs of an earlier sweep, among ``busy``
+        (runs whose job is queued or running), that this executor must see end; whether it waited (then the sweep
+        plans again, as those runs have moved on)."""
         return False
 
     def check(self) -> None:
@@ -158,7 +160,7 @@ class LocalExecutor(Executor):
     kind = "local"
 
     def __init__(self, options: ClusterOptions, experiment_dir: str | Path, log: Callable[[str], None] = print,
-                 wait: bool = True):
+                 wait: bool = False):
         super().__init__(options, experiment_dir, log, wait)
         self.gpus = options.gpus if options.gpus is not None else visible_gpus()
         self.parallel = options.max_parallel or len(self.gpus) or os.cpu_count() or 1
