@@ -237,11 +237,12 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
     from diffmem.train import train
 
     cfg, _ = _load(args)
     result = train(cfg, args.out, progress=not args.no_progress)
-    return 0 if result.status in ("done", "skipped", "interrupted") else 1
+    return 0 if result.status in (DONE, SKIPPED, INTERRUPTED) else 1
 
 
 def cmd_evaluate(args) -> int:
@@ -307,8 +308,9 @@ def _key_values(items: list[str], flag: str) -> tuple[tuple[str, str], ...]:
 
 
 def cmd_sweep(args) -> int:
+    from diffmem.cluster.base import ClusterOptions
     from diffmem.rundir import require_folder
-    from diffmem.sweep import ClusterOptions, run_sweep
+    from diffmem.sweep import run_sweep
 
     cfg, sweep = _load(args)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem

@@ -36,13 +36,16 @@ from diffmem.analysis.advise import Advice, advise, advise_measured
 from diffmem.analysis.powerlaw import PowerLawFit
 from diffmem.analysis.scaling import RunSummary, Summary, analyze
 from diffmem.analysis.timescales import Estimate
+from diffmem.cluster.base import ClusterOptions
+from diffmem.cluster.executors import local_job_threads
 from diffmem.config import RunConfig, SweepConfig
 from diffmem.evaluate import evaluate_again, evaluate_run
 from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.io import atomic_write_text
 from diffmem.metrics.fid import metric_label
+from diffmem.outcomes import INTERRUPTED, SUCCEEDED
 from diffmem.rundir import RunDir
-from diffmem.sweep import ClusterOptions, job_config, local_job_threads, run_sweep
+from diffmem.sweep import job_config, run_sweep
 from diffmem.train import train
 
 # --quick: the same grid with fewer steps, samples and evaluations, so the test suite can run the demo end to end.
@@ -180,11 +183,11 @@ def run_demo(base: RunConfig, sweep: SweepConfig, out: str | Path, *, quick: boo
     except KeyboardInterrupt:
         print(f"diffmem demo: interrupted; rerun the same command to continue ({out})", flush=True)
         return 130
-    failed = [r for r in sweep_report.results if r.status not in ("done", "skipped", "evaluated")]
+    failed = [r for r in sweep_report.results if r.status not in SUCCEEDED]
     if failed:
         for r in failed:
             print(f"diffmem demo: {r.name} {r.status}" + (f": {r.error}" if r.error else ""))
-        return 130 if all(r.status == "interrupted" for r in failed) else 1
+        return 130 if all(r.status == INTERRUPTED for r in failed) else 1
     summary = analyze(out)
     largest = max(runs, key=lambda r: r.cfg.data.n)
     n, width = largest.cfg.data.n, largest.cfg.model.width

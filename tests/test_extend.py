@@ -9,7 +9,8 @@ import torch
 from diffmem.config import SweepConfig
 from diffmem.rundir import RunDir
 from diffmem.status import experiment_status
-from diffmem.sweep import ClusterOptions, run_sweep
+from diffmem.cluster.base import ClusterOptions
+from diffmem.sweep import run_sweep
 from diffmem.train import RunConfigMismatch, train
 from tiny_runs import TINY_GRID, tiny_config
 

@@ -20,9 +20,10 @@ import torch
 
 from diffmem.cli import main
 from diffmem.rundir import RunDir
-from diffmem.status import (experiment_status, forget_slurm_states, format_status, read_job, read_submissions,
-                            run_status)
-from diffmem.sweep import ClusterOptions, job_gpus
+from diffmem.cluster.base import ClusterOptions
+from diffmem.cluster.slurm import forget_slurm_states, job_gpus
+from diffmem.jobrecords import read_job, read_submissions
+from diffmem.status import experiment_status, format_status, run_status
 from diffmem.train import train
 from slurm_cluster import start_cluster, unavailable
 from tiny_runs import TINY_GRID, sets, tiny_config
@@ -286,7 +287,7 @@ def test_failed_and_out_of_memory_jobs_end_every_wait_and_status_says_why(slurm,
 def test_jobs_slurm_no_longer_knows_are_read_from_their_records(slurm, tmp_path):
     """Without slurmdbd a job leaves scontrol MinJobAge after it ended and sacct knows nothing: status then reads
     the run's own records instead of waiting or guessing "queued"."""
-    from diffmem.status import record_job_signal, record_job_start, record_submission
+    from diffmem.jobrecords import record_job_signal, record_job_start, record_submission
 
     assert slurm.run("sacct", check=False).returncode != 0  # no accounting database here
     for name, signalled in (("n00004_w08_s0", True), ("n00008_w08_s0", False), ("n00012_w08_s0", None)):
@@ -304,12 +305,13 @@ def test_jobs_slurm_no_longer_knows_are_read_from_their_records(slurm, tmp_path)
 
 
 def test_a_cpu_partition_gets_no_gpu_request_unless_asked(slurm, tmp_path, capsys):
-    cfg = run_cfg(8)
-    auto, cuda = cfg.replace(train={"device": "auto"}), cfg.replace(train={"device": "cuda"})
+    cpu = run_cfg(8).train.device  # job_gpus reads the runs' train.device
+    assert cpu == "cpu"
+    auto, cuda = "auto", "cuda"
     assert job_gpus(ClusterOptions("slurm"), [auto]) == 0  # sinfo: partition "cpu" has no GPUs
     assert job_gpus(ClusterOptions("slurm", partition="nosuchpartition"), [auto]) == 1  # unknown: the default
-    assert job_gpus(ClusterOptions("slurm"), [cfg]) == 0 and job_gpus(ClusterOptions("slurm"), [cuda]) == 1
-    assert job_gpus(ClusterOptions("slurm", gpus_per_job=2), [cfg]) == 2
+    assert job_gpus(ClusterOptions("slurm"), [cpu]) == 0 and job_gpus(ClusterOptions("slurm"), [cuda]) == 1
+    assert job_gpus(ClusterOptions("slurm", gpus_per_job=2), [cpu]) == 2
     assert job_gpus(ClusterOptions("slurm", slurm_options=(("gres", "gpu:1"),)), [cuda]) == 0
     config, exp = experiment(tmp_path, "gpu", [8]), tmp_path / "gpu"
     code, out = capture_main(capsys, sweep_argv(config, exp, "--set", 'train.device="auto"', "--dry-run"))

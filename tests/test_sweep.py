@@ -18,9 +18,11 @@ import torch
 from diffmem.cli import main
 from diffmem.config import SweepConfig
 from diffmem.rundir import RunDir
-from diffmem.status import (SUBMITIT_DIR, experiment_status, format_status, read_job, read_submissions,
-                            record_submission, run_status)
-from diffmem.sweep import ClusterOptions, RunJob, plan_sweep, render_sbatch, run_sweep
+from diffmem.cluster.base import ClusterOptions
+from diffmem.cluster.slurm import render_sbatch
+from diffmem.jobrecords import SUBMITIT_DIR, read_job, read_submissions, record_submission
+from diffmem.status import experiment_status, format_status, run_status
+from diffmem.sweep import RunJob, plan_sweep, run_sweep
 from diffmem.train import train
 from tiny_runs import TINY_GRID, sets, tiny_config
 

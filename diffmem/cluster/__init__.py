@@ -1,0 +1,7 @@
+"""The cluster engine: where the jobs of a sweep run.
+
+* :mod:`diffmem.cluster.base`: the options of a cluster, the tasks an executor is handed, the results it returns;
+* :mod:`diffmem.cluster.slurm`: Slurm submission (sbatch scripts, job arrays, dependencies), job states
+  (``scontrol``, ``sacct``) and waiting for jobs;
+* :mod:`diffmem.cluster.executors`: the debug, local and slurm executors behind one interface.
+"""
