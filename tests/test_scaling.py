@@ -10,7 +10,7 @@ import pytest
 
 from diffmem.analysis import analyze
 from diffmem.analysis.advise import AdviceError, advise
-from diffmem.analysis.runfiles import RunFolderError, read_csv, read_run
+from diffmem.analysis.runfiles import RunCost, RunFolderError, read_csv, read_run
 from diffmem.analysis.powerlaw import FIT_NAMES, AnalysisError, FitSet, fit_power_law, load_fits
 from diffmem.analysis.scaling import SUMMARY_COLUMNS, level_columns
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
@@ -269,3 +269,23 @@ def test_level_crossings_and_the_joint_law_in_the_files(tmp_path):
     advice = advise(300, 32, tmp_path)
     assert [level for level, _ in advice.levels] == [0.01, 0.1] and "f_mem reaches 0.01" in advice.format()
     assert advice.levels[0][1].value < advice.levels[1][1].value
+
+
+def test_run_cost_counts_every_evaluation_line_and_the_cumulative_training_time(tmp_path):
+    """summary.csv's train_s is the largest cumulative train_s (a resume carries it on) and eval_s the sum of
+    every line's wall_s, a step evaluated again (refinement) included; runs without them leave both empty."""
+    run = tmp_path / "exp" / "n00064_w08_s0"
+    write_synthetic_run(run, n=64, width=8, steps=1000, tau_gen=100, tau_mem=500, n_evals=6)
+    lines = [{k: v for k, v in json.loads(line).items() if k not in ("train_s", "wall_s")}
+             for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))  # as an old diffmem wrote
+    assert read_run(run).cost == RunCost(None, None)
+    timed = [dict(r, train_s=10.0 * (i + 1), wall_s=2.0) for i, r in enumerate(lines)]
+    again = dict(timed[2], wall_s=7.5)  # the third step evaluated again with more samples, after the last step
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*timed, again]))
+    cost = read_run(run).cost
+    assert cost == RunCost(train_s=10.0 * len(lines), eval_s=2.0 * len(lines) + 7.5)
+    assert cost.total_s == cost.train_s + cost.eval_s
+    analyze(tmp_path / "exp", figures=False)
+    (row,) = read_csv(tmp_path / "exp" / "summary.csv")
+    assert (row["train_s"], row["eval_s"]) == (10.0 * len(lines), 2.0 * len(lines) + 7.5)

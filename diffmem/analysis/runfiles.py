@@ -39,6 +39,22 @@ class MetricsLineWarning(UserWarning):
 
 
 @dataclass(frozen=True)
+class RunCost:
+    """What a run cost, from its metrics.jsonl: ``train_s`` the seconds spent in training steps (the largest
+    cumulative ``train_s`` recorded: resumes carry it on, evaluations are not in it) and ``eval_s`` the seconds of
+    every evaluation line (the sum of ``wall_s``, refinement and re-evaluations included). None where no line
+    records it (metrics written before diffmem recorded them)."""
+
+    train_s: float | None
+    eval_s: float | None
+
+    @property
+    def total_s(self) -> float | None:
+        """train_s + eval_s (None unless both are known): the run's compute time in seconds on its threads."""
+        return None if self.train_s is None or self.eval_s is None else self.train_s + self.eval_s
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One run folder as read from disk.
 
@@ -60,6 +76,7 @@ class RunRecord:
     done: bool
     evaluations: tuple[dict[str, Any], ...]
     config: RunConfig  # the run's validated config (what it was: data source, image size, model, optimizer, ...)
+    cost: RunCost = RunCost(None, None)  # seconds of training and of evaluation, from metrics.jsonl
 
     @property
     def state(self) -> str:
@@ -113,6 +130,12 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     Read with :func:`diffmem.io.read_jsonl`: a last line truncated by a crash is skipped with a warning. Records
     without a valid ``step`` are skipped with a :class:`MetricsLineWarning`. A missing file gives an empty list.
     """
+    return latest_per_step(read_metrics_lines(path))
+
+
+def read_metrics_lines(path: str | Path) -> list[dict[str, Any]]:
+    """Every valid record of a metrics.jsonl file in file order, evaluations of a step again (refinement) included;
+    the reading rules of :func:`read_metrics`."""
     path = Path(path)
     valid = []
     for number, record in enumerate(read_jsonl(path), start=1):
@@ -122,7 +145,17 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
                           stacklevel=2)
             continue
         valid.append(record)
-    return latest_per_step(valid)
+    return valid
+
+
+def run_cost(lines: Sequence[dict[str, Any]]) -> RunCost:
+    """The :class:`RunCost` of a run's metrics lines (:func:`read_metrics_lines`)."""
+    def numbers(key: str) -> list[float]:
+        return [float(r[key]) for r in lines if isinstance(r.get(key), (int, float)) and not isinstance(r[key], bool)
+                and math.isfinite(r[key])]
+
+    train, wall = numbers("train_s"), numbers("wall_s")
+    return RunCost(max(train) if train else None, sum(wall) if wall else None)
 
 
 def latest_per_step(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -146,7 +179,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
     params = meta.get("params")
     batch = meta.get("batch_size")
     done = (run_dir / "done").exists()
-    evaluations = tuple(read_metrics(run_dir / "metrics.jsonl"))
+    lines = read_metrics_lines(run_dir / "metrics.jsonl")
+    evaluations = tuple(latest_per_step(lines))
     if done and not evaluations:
         warnings.warn(f"run {run_dir.name} is marked done but has no evaluations ({run_dir / 'metrics.jsonl'} is "
                       "missing or empty); rerun `diffmem train` with the command that trained it to evaluate its "
@@ -165,6 +199,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         done=done,
         evaluations=evaluations,
         config=cfg,
+        cost=run_cost(lines),
     )
 
 

@@ -43,7 +43,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "batch", "tau_mem_epochs", "tau_mem_epochs_lo", "tau_mem_epochs_hi", "tau_gen_epochs",
     "fid_first", "fid_plateau_noise", "fid_noise_to_fall", "tau_gen_bracket_lo", "tau_gen_bracket_hi",
     "tau_mem_n_samples", "seeds_in_cell", "tau_gen_seed_gmean", "tau_gen_seed_gsd", "tau_mem_seed_gmean",
-    "tau_mem_seed_gsd", "data_source", "image_size", "optimizer", "lr",
+    "tau_mem_seed_gsd", "data_source", "image_size", "optimizer", "lr", "train_s", "eval_s",
 )
 """Columns of summary.csv, in order. ``steps`` is the last evaluated step (an integer); ``planned_steps`` is
 train.steps; ``batch`` the effective batch; ``*_epochs`` the same timescale in passes over the train set
@@ -59,7 +59,9 @@ or use the level crossings). Seeds: ``seeds_in_cell`` counts the runs of the sam
 value is measured, ``*_seed_gmean`` is the geometric mean and ``*_seed_gsd`` the geometric standard deviation (a
 factor: 1.10 = +-10 %; empty with fewer than 2 measured seeds). What each run was: ``data_source`` (data.source),
 ``image_size`` (data.image_size, pixels), ``optimizer`` and ``lr`` (train.optimizer, train.lr); every run of one
-analysis agrees on them (:func:`check_comparable`). After these come four columns per level L of
+analysis agrees on them (:func:`check_comparable`). What each run cost: ``train_s``, the seconds its training steps
+took (cumulative over resumes, evaluations excluded), and ``eval_s``, the seconds of all its evaluations (every
+metrics line's ``wall_s``, refinement included); empty for metrics written before diffmem recorded them. After these come four columns per level L of
 ``eval.mem_levels`` (:func:`level_columns`): ``tau_mem_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which
 f_mem crosses L."""
 
@@ -71,6 +73,11 @@ pairs`): both members' rows name their pair (the split-0 run's name) and carry t
 ``tau_bias_lo`` / ``tau_bias_hi`` (the bracket of evaluations: the one before and the one from which the bias stays
 established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``; other runs
 leave them empty."""
+
+
+def _rounded(seconds: float | None) -> float | None:
+    """Seconds to 0.1 s for summary.csv (timings are not reproducible below that)."""
+    return None if seconds is None else round(seconds, 1)
 
 
 def level_name(level: float) -> str:
@@ -113,6 +120,8 @@ class RunSummary:
     image_size: int | None = None  # data.image_size (pixels)
     optimizer: str | None = None  # train.optimizer
     lr: float | None = None  # train.lr
+    train_s: float | None = None  # seconds of training steps (RunCost)
+    eval_s: float | None = None  # seconds of evaluations (RunCost)
 
     def estimate(self, quantity: str) -> Estimate:
         """A timescale by name: tau_gen, tau_mem, tau_gap, tau_mem_epochs, or a level crossing (tau_mem_at_L)."""
@@ -147,7 +156,7 @@ class RunSummary:
             "tau_gen_bracket_lo": self.tau_gen_bracket[0] if self.tau_gen_bracket else None,
             "tau_gen_bracket_hi": self.tau_gen_bracket[1] if self.tau_gen_bracket else None,
             "data_source": self.data_source, "image_size": self.image_size, "optimizer": self.optimizer,
-            "lr": self.lr,
+            "lr": self.lr, "train_s": _rounded(self.train_s), "eval_s": _rounded(self.eval_s),
         }
 
 
@@ -277,6 +286,7 @@ def summarize_run(record: RunRecord) -> RunSummary:
         tau_mem_n_samples=_onset_samples(record.evaluations, tau_mem),
         data_source=record.config.data.source, image_size=record.config.data.image_size,
         optimizer=record.config.train.optimizer, lr=record.config.train.lr,
+        train_s=record.cost.train_s, eval_s=record.cost.eval_s,
     )
 
 
