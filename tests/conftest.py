@@ -75,11 +75,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the tests marked slow (long end-to-end campaigns); CI leaves them out")
 
 
+TIER_MARKERS = ("e2e", "slurm", "slow")
+"""The tiers (docs/architecture.md, "Tests"): ``e2e`` runs the real CLI in a subprocess, trains beyond a few steps or
+drives several runs end to end; ``slurm`` needs the real one-node Slurm cluster the tests start; ``slow`` are long
+campaigns left out unless ``--runslow``. Every other test is ``unit`` (marked here): ``python -m pytest -m unit``."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which then sees the unit marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the tests marked ``slow`` unless ``--runslow`` is given."""
-    if config.getoption("--runslow"):
-        return
+    """Mark every test of no other tier ``unit``; skip the tests marked ``slow`` unless ``--runslow`` is given."""
     skip_slow = pytest.mark.skip(reason="slow: run it with --runslow")
     for item in items:
-        if "slow" in item.keywords:
+        if not any(item.get_closest_marker(name) for name in TIER_MARKERS):
+            item.add_marker(pytest.mark.unit)
+        if "slow" in item.keywords and not config.getoption("--runslow"):
             item.add_marker(skip_slow)

@@ -40,10 +40,12 @@ def plain() -> np.ndarray:
     return trajectory()
 
 
+@pytest.mark.e2e
 def test_channels_last_gives_the_same_trajectory(plain):
     np.testing.assert_allclose(trajectory(channels_last=True), plain, rtol=1e-4)
 
 
+@pytest.mark.e2e
 def test_bf16_autocast_follows_the_fp32_trajectory(plain):
     """bf16 keeps ~3 significant digits per forward. Measured here: median step 0.4% off, worst 5.5-6.2%, the mean of
     the last 10 steps 0.9% off. Bounds: median 1%, every step 10%, last 10 steps 2%."""

@@ -120,6 +120,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, celeba_
     assert not out.exists()  # nothing written, no run marked done
 
 
+@pytest.mark.e2e
 def test_rerun_with_a_different_config_lists_the_differing_keys(tmp_path, capsys):
     config = tmp_path / "c.toml"
     config.write_text("")
@@ -222,6 +223,7 @@ def same_weights(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.e2e
 def test_a_damaged_checkpoint_names_train_which_writes_it_again_and_evaluates_it(finished, x, capsys):
     """Case 1: the message no longer says "delete it"; the command it gives restores the evaluation."""
     drop_metrics_line(x, MIDDLE)  # the evaluation of that step was lost (a crash), and its checkpoint is damaged
@@ -234,6 +236,7 @@ def test_a_damaged_checkpoint_names_train_which_writes_it_again_and_evaluates_it
     assert record(x, MIDDLE) == record(RunDir(finished), MIDDLE) and x.is_done()
 
 
+@pytest.mark.e2e
 def test_a_deleted_checkpoint_and_done_are_written_again_by_train(finished, x, capsys):
     """Case 1, the issue's reproduction: the checkpoint and `done` deleted (the old advice), train rerun."""
     drop_metrics_line(x, MIDDLE)
@@ -246,6 +249,7 @@ def test_a_deleted_checkpoint_and_done_are_written_again_by_train(finished, x, c
     assert main(["evaluate", str(x.path)]) == 0 and "already has a metrics line" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_evaluate_refuses_a_lost_step_and_evaluates_it_once_its_checkpoint_is_back(finished, x, capsys):
     """Case 1, evaluation left to `diffmem evaluate`: a finished run whose step lost its line and its checkpoint is
     refused by evaluate (not "every checkpoint already has a metrics line"); train writes the checkpoint again
@@ -262,6 +266,7 @@ def test_evaluate_refuses_a_lost_step_and_evaluates_it_once_its_checkpoint_is_ba
     assert record(x, MIDDLE) == record(RunDir(finished), MIDDLE) and run_status(x.path).state == "done"
 
 
+@pytest.mark.e2e
 def test_extending_a_run_whose_states_are_both_damaged_changes_nothing(finished, x, capsys):
     """Case 2: config.json is not rewritten and `done` not deleted before the state is read."""
     truncate(x.state_path)
@@ -273,6 +278,7 @@ def test_extending_a_run_whose_states_are_both_damaged_changes_nothing(finished,
     assert main(train_argv(x)) == 0 and "already done, skipping" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_done_without_metrics_is_named_by_analyze_and_evaluated_again_by_train(finished, x, tmp_path, capsys):
     """Case 3: `done` present, metrics.jsonl missing."""
     x.metrics_path.unlink()
@@ -305,6 +311,7 @@ DAMAGED_CONFIGS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("verb", ["train", "evaluate", "status", "analyze"])
 @pytest.mark.parametrize("damage", sorted(DAMAGED_CONFIGS))
 def test_a_damaged_config_json_is_one_line_naming_it_and_the_way_out(damage, verb, x, capsys):
@@ -318,6 +325,7 @@ def test_a_damaged_config_json_is_one_line_naming_it_and_the_way_out(damage, ver
     assert ("upgrade diffmem" if damage == "a newer version" else "restore") in err
 
 
+@pytest.mark.e2e
 def test_a_sweep_over_a_run_with_a_damaged_config_json_names_it(x, tmp_path, capsys):
     """Case 4, through `diffmem sweep`: the grid's run folder holds a truncated config.json."""
     experiment = tmp_path / "experiment"
@@ -345,6 +353,7 @@ def test_out_naming_a_file_says_it_must_be_a_folder(verb, tmp_path, capsys):
     fails_and_leaves(tmp_path, argv + ["--out", str(target)], f"--out {target} is a file, not a folder", capsys)
 
 
+@pytest.mark.e2e
 def test_analyze_refuses_runs_of_another_data_source_and_image_size(x, tmp_path, capsys):
     """Case 8: a digits 8x8 run and an lfw_faces 16x16 run are not fitted as one law; summary.csv says what each
     run was."""

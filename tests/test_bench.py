@@ -16,6 +16,7 @@ def assert_positive(out, keys):
         assert isinstance(out[key], (int, float)) and math.isfinite(out[key]) and out[key] > 0, (key, out[key])
 
 
+@pytest.mark.e2e
 def test_bench_train_reports_throughput_flops_and_utilisation():
     out = bench_train(8, 8, 4, 2, device="cpu", warmup=1, peak_matmul_n=256)
     assert_positive(out, TRAIN_KEYS)
@@ -25,6 +26,7 @@ def test_bench_train_reports_throughput_flops_and_utilisation():
     json.dumps(out)
 
 
+@pytest.mark.e2e
 def test_flops_per_step_grow_with_batch_and_count_the_backward():
     small = bench_train(8, 8, 2, 1, warmup=0, peak_matmul_n=64)["flops_per_step"]
     large = bench_train(8, 8, 4, 1, warmup=0, adam_impl="fused", channels_last=True,
@@ -38,12 +40,14 @@ def test_matmul_peak_is_positive():
     assert matmul_flops_per_s("cpu", n=128, repeats=1) > 0
 
 
+@pytest.mark.e2e
 def test_bench_sample_reports_images_per_s():
     out = bench_sample(8, 8, n_samples=4, sampler_steps=2, batch_size=2, peak_matmul_n=64)
     assert_positive(out, ("images_per_s", "seconds", "s_per_model_call", "flops_per_image_step", "utilisation"))
     assert out["n_samples"] == 4 and out["sampler_steps"] == 2
 
 
+@pytest.mark.e2e
 def test_bench_eval_times_every_part():
     out = bench_eval(n_samples=8, sampler_steps=2, n=16, repeats=1, train_steps=2)
     assert_positive(out, ("sample_s", "wall_s", "train_s_per_step", "eval_over_train_last_gap",
@@ -60,6 +64,7 @@ def test_bad_settings_are_a_clear_error():
         bench_train(8, 8, 2, 1, adam_impl="lion")
 
 
+@pytest.mark.e2e
 def test_cli_bench_train_last_line_is_json(capsys):
     assert main(["bench", "train", "--width", "8", "--image-size", "8", "--batch", "2", "--steps", "1",
                  "--warmup", "0", "--device", "cpu"]) == 0
@@ -69,6 +74,7 @@ def test_cli_bench_train_last_line_is_json(capsys):
     assert_positive(out, ("images_per_s", "s_per_step"))
 
 
+@pytest.mark.e2e
 def test_cli_bench_sample_last_line_is_json(capsys):
     assert main(["bench", "sample", "--width", "8", "--image-size", "8", "--n-samples", "2",
                  "--sampler-steps", "2"]) == 0

@@ -19,6 +19,7 @@ def test_help_lists_every_verb_with_a_description():
         assert any(line.split()[:1] == [verb] and len(line.split()) > 3 for line in out.splitlines()), verb
 
 
+@pytest.mark.e2e
 def test_prepare_then_train_on_a_celeba_copy(celeba_root, tmp_path, capsys):
     root = celeba_root(n=30)
     tensor = tmp_path / "celeba8.pt"
@@ -54,6 +55,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.e2e
 def test_analyze_then_advise_from_the_fitted_laws(tmp_path, capsys):
     from diffmem.analysis.synthetic import write_synthetic_experiment
 

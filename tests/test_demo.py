@@ -53,6 +53,7 @@ def _interrupted_quick_demo(out) -> None:
     assert started and not all((p / "done").exists() for p in started)
 
 
+@pytest.mark.e2e
 def test_quick_demo_survives_ctrl_c_then_runs_end_to_end_and_resumes(tmp_path, capsys):
     out = tmp_path / "demo"
     _interrupted_quick_demo(out)
@@ -119,6 +120,7 @@ def test_the_advice_check_needs_no_copies_and_a_plateau_quality(kept_f_mem, fres
     assert "the model at step 100 itself: FD (x) = 3" in text and "kept: step 80 (best FD (x))" in text
 
 
+@pytest.mark.e2e
 def test_the_advice_check_follows_the_advice_on_the_grid_runs_own_models(tmp_path):
     # a grid run evaluated at steps 5, 20, 60 keeping checkpoints 1.5x apart; advice: stop at 20, keep from 5. The
     # check trains a fresh folder to 20 and must find the grid run's models at every kept step (training is

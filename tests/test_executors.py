@@ -57,6 +57,7 @@ def test_the_debug_executor_runs_a_runs_jobs_in_order_and_stops_at_its_first_fai
     assert lines == ["a train: done", "a evaluate: evaluated", f"b train: failed: {results[-1].error}"]
 
 
+@pytest.mark.e2e
 def test_the_local_executor_runs_the_longest_runs_first(tmp_path):
     exp = tmp_path / "exp"
     lines: list[str] = []

@@ -21,6 +21,7 @@ def weights(run: RunDir) -> dict[str, torch.Tensor]:
     return torch.load(run.state_path, weights_only=True)["model"]
 
 
+@pytest.mark.e2e
 def test_a_finished_run_extended_to_twice_its_budget_equals_a_straight_run(tmp_path):
     base = ["train.num_threads=1", "eval.times=6", "train.optimizer=sgd", "train.lr=0.01"]
     short, long = tiny_config(*base, "train.steps=30"), tiny_config(*base, "train.steps=60")
@@ -42,6 +43,7 @@ def test_a_finished_run_extended_to_twice_its_budget_equals_a_straight_run(tmp_p
     assert train(long, extended.path, **QUIET).status == "skipped"
 
 
+@pytest.mark.e2e
 def test_an_interrupted_run_may_grow_but_no_budget_may_shrink(tmp_path):
     base = ["train.num_threads=1", "eval.times=[10, 30]"]
     run = RunDir(tmp_path / "run")
@@ -53,6 +55,7 @@ def test_an_interrupted_run_may_grow_but_no_budget_may_shrink(tmp_path):
         train(tiny_config(*base, "train.steps=80", "train.lr=0.5"), run.path, **QUIET)
 
 
+@pytest.mark.e2e
 def test_a_sweep_with_a_larger_budget_extends_exactly_the_runs_that_need_it(tmp_path):
     exp = tmp_path / "exp"
     cfg = tiny_config("eval.times=2", base=TINY_GRID)

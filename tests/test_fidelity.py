@@ -330,6 +330,7 @@ def test_paper_budget_reaches_past_300_n_for_every_n():
     assert budgets[128] == 2_000_000 and 11e6 < budgets[32768] < 12e6
 
 
+@pytest.mark.e2e
 def test_fid_sets_equal_one_fid_per_set(tmp_path):
     g = torch.Generator().manual_seed(0)
     samples = torch.randint(0, 256, (40, 1, 16, 16), generator=g, dtype=torch.uint8)
@@ -341,6 +342,7 @@ def test_fid_sets_equal_one_fid_per_set(tmp_path):
         assert result.value == pytest.approx(one.value, rel=1e-6) and result.reference == key
 
 
+@pytest.mark.e2e
 def test_evaluation_records_the_mean_and_spread_over_disjoint_reference_sets(tmp_path):
     cfg = tiny_config("eval.fid_reference_sets=3", "eval.times=[60]")
     train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
@@ -352,6 +354,7 @@ def test_evaluation_records_the_mean_and_spread_over_disjoint_reference_sets(tmp
     assert record["sampler_schedule"] == "official" and record["clip_sample"] is True
 
 
+@pytest.mark.e2e
 def test_the_fid_can_have_its_own_clipped_draw_while_f_mem_counts_the_unclipped_one(tmp_path):
     """eval.fid_clip_sample = true with clip_sample = false: f_mem and the sample grid from the unclipped draw (as a
     run without the key), the FD from a clipped draw of the same initial noise (as a clipped run); same weights."""
@@ -404,6 +407,7 @@ def test_a_rerun_of_an_old_folder_with_todays_defaults_is_one_line_exit_2(tmp_pa
     assert code == 2 and len(err.splitlines()) == 1 and "model.time_act: 'silu' -> 'gelu'" in err
 
 
+@pytest.mark.e2e
 def test_paper_file_smoke_run_on_a_celeba_layout_folder(tmp_path, celeba_root):
     root = celeba_root(n=40)
     code = main(["train", str(ROOT / "experiments" / "paper_celeba32.toml"), "--out", str(tmp_path / "run"),

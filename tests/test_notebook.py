@@ -1,12 +1,14 @@
 """The analysis notebook runs top to bottom on the committed reference results (so it never rots)."""
 from pathlib import Path
 
+import pytest
 import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.e2e
 def test_analysis_notebook_executes_on_the_reference_results():
     nb = nbformat.read(ROOT / "notebooks" / "analysis.ipynb", as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3",

@@ -25,6 +25,7 @@ def experiment(tmp_path_factory):
     return root, analyze(root)
 
 
+@pytest.mark.e2e
 def test_every_figure_is_written_as_png_and_pdf(experiment):
     root, summary = experiment
     results = {r.name: r for r in summary.figures if r.name != "gallery"}  # no sample grids: see the gallery tests
@@ -39,6 +40,7 @@ def test_every_figure_is_written_as_png_and_pdf(experiment):
     assert "figure scaling" in summary.format()
 
 
+@pytest.mark.e2e
 def test_figures_without_data_are_skipped_with_a_reason(tmp_path):
     write_synthetic_experiment(tmp_path, [64, 256], widths=[16], steps=50_000, n_evals=12, record_fid=False,
                                record_losses=False, tau_gen=lambda n, w: 2e3, tau_mem=lambda n, w: 30.0 * n)
@@ -65,6 +67,7 @@ def test_quality_axis_label_names_the_extractor(tmp_path):
     assert "mixed" in plots._quality_label([read_run(run.path), read_run(inception.path)])
 
 
+@pytest.mark.e2e
 def test_phase_classification_and_interpolation(experiment):
     root, _ = experiment
     from diffmem.analysis.runfiles import read_run
@@ -126,6 +129,7 @@ def width_sweep(tmp_path_factory):
     return root, analyze(root)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("which", ["experiment", "n_sweep", "width_sweep"])
 def test_every_figure_drawn_passes_the_mechanical_checks(which, request):
     """No overlapping tick labels, >= 2 labelled ticks per log axis, a label on every axis with ticks, no label cut
@@ -141,6 +145,7 @@ def test_every_figure_drawn_passes_the_mechanical_checks(which, request):
     assert problems == []
 
 
+@pytest.mark.e2e
 def test_figures_a_single_n_or_width_cannot_support_are_skipped_in_one_line(n_sweep, width_sweep):
     _, by_n = n_sweep
     _, by_width = width_sweep
@@ -218,6 +223,7 @@ def test_mean_over_seeds_is_the_mean_with_its_t_interval(tmp_path):
     assert single.seeds == 1 and single.lo is None and np.allclose(single.mean, values[0])
 
 
+@pytest.mark.e2e
 def test_seeded_cells_draw_each_seed_thin_and_the_mean_bold(n_sweep):
     """In the window and collapse figures of the 3-seed N sweep every cell has 3 thin seed curves and one bold mean
     whose y data is the mean of the seeds' f_mem; the band over seeds is marked as an interval."""
@@ -281,6 +287,7 @@ def _red_frames(image: np.ndarray, size: int) -> int:
     return count
 
 
+@pytest.mark.e2e
 def test_gallery_shows_the_stored_grids_before_inside_and_after(gallery_experiment):
     import matplotlib.image
 
@@ -314,6 +321,7 @@ def test_gallery_shows_the_stored_grids_before_inside_and_after(gallery_experime
             assert (copies > 0) == (phase == "after tau_mem"), (phase, copies)  # planted f_mem is 0 before tau_mem
 
 
+@pytest.mark.e2e
 def test_no_gallery_without_stored_grids(experiment):
     _, summary = experiment
     (gallery,) = [r for r in summary.figures if r.name.startswith("gallery")]

@@ -69,6 +69,7 @@ def test_stop_rule_needs_both_onsets_and_saturation():
     assert stop_reason(records, 0.0) is None  # off
 
 
+@pytest.mark.e2e
 def test_a_run_keeps_checkpoints_refines_after_training_and_resumes_refinement(tmp_path, monkeypatch):
     cfg = tiny_config("eval.times=[5, 60]", "eval.checkpoint_ratio=1.5", "eval.refine_ratio=1.5")
     planted = {"tau_mem": (5, 60)}  # a bracket the evaluations cannot resolve: refinement must fill it
@@ -95,6 +96,7 @@ def test_a_run_keeps_checkpoints_refines_after_training_and_resumes_refinement(t
     assert sorted(steps) == sorted(set([5, 60] + keep)) and len(steps) == len(set(steps))
 
 
+@pytest.mark.e2e
 def test_an_early_stop_ends_training_says_so_and_survives_a_crash_before_done(tmp_path, monkeypatch):
     cfg = tiny_config("eval.times=[10, 20, 40, 60]", "eval.stop_f_mem=0.5")
     monkeypatch.setattr(diffmem.train, "stop_reason",
@@ -110,6 +112,7 @@ def test_an_early_stop_ends_training_says_so_and_survives_a_crash_before_done(tm
     assert again.step == 20 and [r["step"] for r in run.metrics()] == [10, 20]
 
 
+@pytest.mark.e2e
 def test_a_stop_rule_met_at_the_last_step_is_not_an_early_stop(tmp_path, monkeypatch):
     # the budget ends at 60 anyway: the record and done file must not claim an early stop (an extension continues)
     cfg = tiny_config("eval.times=[10, 20, 40, 60]", "eval.stop_f_mem=0.5")
@@ -120,6 +123,7 @@ def test_a_stop_rule_met_at_the_last_step_is_not_an_early_stop(tmp_path, monkeyp
     assert not any(r.get("stop") for r in run.metrics()) and "stopped early" not in run.done_path.read_text()
 
 
+@pytest.mark.e2e
 def test_evaluate_kept_densifies_a_finished_run_with_every_kept_checkpoint(tmp_path):
     from diffmem.cli import main
     cfg = tiny_config("eval.times=[5, 60]", "eval.checkpoint_ratio=1.5", "train.num_threads=1")
@@ -198,6 +202,7 @@ def test_a_narrow_bracket_whose_clean_end_had_fewer_samples_is_measured_again():
     assert next_refinement(records, steps, 1.25, mem_samples=10000) is None
 
 
+@pytest.mark.e2e
 def test_evaluate_refines_a_finished_run_with_more_samples_and_leaves_its_config(tmp_path, monkeypatch, capsys):
     from diffmem.cli import main
     cfg = tiny_config("eval.times=[5, 60]", "eval.checkpoint_ratio=1.5", "eval.refine_ratio=1.5",
@@ -222,6 +227,7 @@ def test_evaluate_refines_a_finished_run_with_more_samples_and_leaves_its_config
     assert len(err) == 1 and "refine_n_samples" in err[0]
 
 
+@pytest.mark.e2e
 def test_refine_n_samples_needs_a_run_that_keeps_checkpoints(tmp_path, capsys):
     from diffmem.cli import main
     run = RunDir(tmp_path / "run")

@@ -66,6 +66,7 @@ HOLD_LOCK = ("import sys; from diffmem.rundir import RunDir, RunLock; RunLock(Ru
              "print('held', flush=True); sys.stdin.read()")
 
 
+@pytest.mark.e2e
 def test_a_second_process_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path, capsys):
     run = tmp_path / "run"
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
@@ -142,6 +143,7 @@ def test_the_heartbeat_refreshes_the_lock_and_notices_a_takeover(tmp_path):
     assert run.lock_path.exists()  # not ours any more: left alone
 
 
+@pytest.mark.e2e
 def test_the_lock_is_released_on_every_way_out_of_train(tmp_path, monkeypatch):
     cfg = tiny_config("eval.inline=false")
     run = RunDir(tmp_path / "run")
@@ -166,6 +168,7 @@ def truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+@pytest.mark.e2e
 def test_a_damaged_state_falls_back_to_the_previous_one_and_ends_bit_identical(tmp_path):
     cfg = tiny_config("eval.inline=false")
     train(cfg, tmp_path / "straight", progress=False)
@@ -179,6 +182,7 @@ def test_a_damaged_state_falls_back_to_the_previous_one_and_ends_bit_identical(t
     assert (run.path / "state.damaged.pt").exists()  # kept for inspection, out of the way of the next saves
 
 
+@pytest.mark.e2e
 def test_no_readable_state_stops_with_one_line_naming_the_file(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
     config = write_config(tmp_path)
@@ -199,6 +203,7 @@ def test_no_readable_state_stops_with_one_line_naming_the_file(tmp_path, capsys)
     assert not run.is_done()
 
 
+@pytest.mark.e2e
 def test_a_damaged_checkpoint_is_a_one_line_error_naming_it(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
     train(tiny_config("eval.inline=false"), run.path, progress=False)
@@ -214,6 +219,7 @@ def test_a_damaged_checkpoint_is_a_one_line_error_naming_it(tmp_path, capsys):
 
 # --- divergence ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_nan_loss_names_its_step_keeps_the_last_good_state_and_marks_nothing_done(tmp_path, monkeypatch):
     cfg = tiny_config()
     run = RunDir(tmp_path / "run")
@@ -238,6 +244,7 @@ def test_a_nan_loss_names_its_step_keeps_the_last_good_state_and_marks_nothing_d
     assert status.state == "failed" and "step 37" in status.error  # `diffmem status` marks it failed
 
 
+@pytest.mark.e2e
 def test_a_huge_sgd_learning_rate_diverges_with_a_one_line_error(tmp_path, capsys):
     config = write_config(tmp_path)
     out = tmp_path / "run"
@@ -252,6 +259,7 @@ def test_a_huge_sgd_learning_rate_diverges_with_a_one_line_error(tmp_path, capsy
 
 # --- failed writes ------------------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is being synced")
 def test_disk_full_while_saving_state_is_one_line_and_keeps_the_previous_state(tmp_path, monkeypatch, capsys):
     config = write_config(tmp_path)
@@ -310,6 +318,7 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path, mo
 
 # --- a step evaluated before a crash is not evaluated again ------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_resume_from_an_older_state_does_not_evaluate_a_step_twice(tmp_path):
     cfg = tiny_config()
     train(cfg, tmp_path / "straight", progress=False)
@@ -328,6 +337,7 @@ def test_a_resume_from_an_older_state_does_not_evaluate_a_step_twice(tmp_path):
     assert_same_weights(weights(tmp_path / "straight" / "state.pt"), weights(run.state_path))
 
 
+@pytest.mark.e2e
 def test_a_metrics_line_cut_short_by_a_crash_is_evaluated_again_once(tmp_path):
     cfg = tiny_config()
     train(cfg, tmp_path / "straight", progress=False)
@@ -458,6 +468,7 @@ def run_kill_campaign(tmp_path: Path, kills: int, steps: int, times: int, seed: 
     return hits
 
 
+@pytest.mark.e2e
 def test_a_run_killed_5_times_ends_like_an_uninterrupted_one(tmp_path):
     hits = run_kill_campaign(tmp_path, kills=5, steps=80, times=6, seed=0)
     assert len(hits) >= 4, hits  # the run may finish before the last kill lands

@@ -27,6 +27,7 @@ def experiment(tmp_path_factory):
     return root, summary, (root / "report.md").read_text()
 
 
+@pytest.mark.e2e
 def test_analyze_writes_the_report(experiment):
     root, summary, text = experiment
     assert summary.report == root / "report.md"
@@ -35,6 +36,7 @@ def test_analyze_writes_the_report(experiment):
     assert text == report_text(root)  # nothing but the folder's files: the page is reproducible from them
 
 
+@pytest.mark.e2e
 def test_settings_list_what_varies_and_what_is_shared(experiment):
     _, _, text = experiment
     assert "| `data.n` | 32, 128, 512, 2048 |" in text
@@ -43,6 +45,7 @@ def test_settings_list_what_varies_and_what_is_shared(experiment):
     assert "device" not in text.split("## Timescales")[0]  # execution keys are not settings of the experiment
 
 
+@pytest.mark.e2e
 def test_timescale_table_holds_every_run_with_its_intervals(experiment):
     root, _, text = experiment
     rows = read_csv(root / "summary.csv")
@@ -60,6 +63,7 @@ def test_timescale_table_holds_every_run_with_its_intervals(experiment):
     assert f"| > {steps_text(never['tau_mem'])} |" in table["n02048_w08_s0"]
 
 
+@pytest.mark.e2e
 def test_laws_with_exponents_intervals_method_and_p_values(experiment):
     root, _, text = experiment
     fits = load_fits(root)
@@ -72,6 +76,7 @@ def test_laws_with_exponents_intervals_method_and_p_values(experiment):
     assert f"{gen.exponent:.3f} [{gen.exponent_lo:.3f}, {gen.exponent_hi:.3f}]" in text
 
 
+@pytest.mark.e2e
 def test_every_figure_drawn_is_linked_and_every_link_resolves(experiment):
     root, _, text = experiment
     links = re.findall(r"\]\((figures/[^)]+)\)", text)
@@ -85,6 +90,7 @@ def test_every_figure_drawn_is_linked_and_every_link_resolves(experiment):
     assert "![gallery_n00032_w08](figures/gallery_n00032_w08.png)" in text.split("## Galleries")[1]
 
 
+@pytest.mark.e2e
 def test_what_could_not_be_resolved_is_listed(experiment):
     _, summary, text = experiment
     unresolved = text.split("## What the analysis could not resolve")[1]
@@ -96,6 +102,7 @@ def test_what_could_not_be_resolved_is_listed(experiment):
         assert f"- figure skipped: {name}: {reason}" in unresolved
 
 
+@pytest.mark.e2e
 def test_a_missing_figure_is_not_linked_and_no_figures_is_said(experiment, tmp_path):
     root, _, _ = experiment
     (root / "figures" / "phase.png").rename(tmp_path / "phase.png")

@@ -1,6 +1,7 @@
 """Opening a run folder never runs code from it: training states are read with torch.load(weights_only=True)."""
 from __future__ import annotations
 
+import pytest
 import os
 
 import torch
@@ -21,6 +22,7 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.e2e
 def test_a_crafted_state_runs_nothing_and_stops_with_one_line_naming_it(tmp_path, capsys):
     cfg = tiny_config("train.steps=20", "eval.times=[10, 20]")
     run = RunDir(tmp_path / "run")
@@ -42,6 +44,7 @@ def test_a_crafted_state_runs_nothing_and_stops_with_one_line_naming_it(tmp_path
     assert not run.done_path.exists() and not (run.path / "state.damaged.pt").exists()
 
 
+@pytest.mark.e2e
 def test_states_written_by_diffmem_load_with_weights_only(tmp_path):
     cfg = tiny_config("train.steps=12", "eval.times=[6, 12]", "train.optimizer=sgd", "train.lr=0.01")
     run = RunDir(tmp_path / "run")

@@ -162,6 +162,7 @@ def keys(path: Path) -> list[tuple[str, str, int]]:
     return [(r["run_a"], r["run_b"], r["step"]) for r in read_jsonl(path)]
 
 
+@pytest.mark.e2e
 def test_pairs_then_kill_and_rerun_then_analyze(trained, tmp_path, capsys):
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp)
@@ -210,6 +211,7 @@ def test_pairs_then_kill_and_rerun_then_analyze(trained, tmp_path, capsys):
     assert set(load_fits(exp)) >= {"tau_bias_vs_n", "tau_bias_vs_width"}
 
 
+@pytest.mark.e2e
 def test_one_model_paired_with_itself_gives_pair_distance_zero(trained):
     """Both members sampled from the same noise: the same model twice gives the same samples."""
     (pair, _) = find_pairs(trained)
@@ -219,6 +221,7 @@ def test_one_model_paired_with_itself_gives_pair_distance_zero(trained):
     assert abs(line["bias"]) < 1e-12
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # two fresh interpreters (torch imports): 40 s on the loaded 2-core machine
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 def test_sigkill_during_pairs_loses_and_duplicates_nothing(trained, tmp_path):
@@ -243,6 +246,7 @@ def test_sigkill_during_pairs_loses_and_duplicates_nothing(trained, tmp_path):
     assert len(got) == len(set(got)) == 6 and not (exp / "pairs.lock").exists()
 
 
+@pytest.mark.e2e
 def test_an_experiment_without_split_pairs_is_one_line_and_nothing_written(trained, tmp_path, capsys):
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp, ignore=shutil.ignore_patterns("*_split1"))

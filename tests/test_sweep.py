@@ -37,6 +37,7 @@ def model_weights(run_dir):
     return torch.load(Path(run_dir) / "state.pt", weights_only=False)["model"]
 
 
+@pytest.mark.e2e
 def test_debug_sweep_trains_a_2x2_grid_then_skips_it(tmp_path, capsys):
     exp = tmp_path / "exp"
     sweep = SweepConfig(n=[4, 8], width=[8, 16], seeds=[0])
@@ -76,6 +77,7 @@ def _preempt_once_training(run: RunDir, sent: list, stop: threading.Event) -> No
         time.sleep(0.02)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="needs POSIX signals")
 def test_local_sweep_one_gpu_per_job_failures_reported_preempted_job_resumes_exactly(tmp_path):
     """One local sweep of a 2x2 grid, 3 jobs at a time on 2 GPUs (n = 80 does not fit the data: those two runs
@@ -145,6 +147,7 @@ def _signal_when_training(run: RunDir, sig: int) -> threading.Thread:
     return thread
 
 
+@pytest.mark.e2e
 def test_a_local_job_stopped_by_sigint_alone_is_reported_interrupted_and_a_rerun_finishes(tmp_path):
     # Ctrl-C reached the job's process but not the sweep's (e.g. `kill -INT` on the job): the job saved its state
     # and raised KeyboardInterrupt, so submitit has no result; the sweep must say "interrupted", not "failed"
@@ -171,6 +174,7 @@ def test_a_local_job_stopped_by_sigint_alone_is_reported_interrupted_and_a_rerun
     assert [r.status for r in again.results] == ["done"] and run.is_done()
 
 
+@pytest.mark.e2e
 def test_a_local_sweep_waits_for_an_earlier_job_still_working_on_a_run_then_trains_it(tmp_path):
     # Ctrl-C then an immediate rerun: the interrupted job may still be saving its state. The rerun must wait for it,
     # then continue the run, not skip it as "running" and report the experiment finished.
@@ -196,6 +200,7 @@ def test_a_local_sweep_waits_for_an_earlier_job_still_working_on_a_run_then_trai
     assert [r.status for r in report.results] == ["done"] and run.is_done()
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="needs POSIX signals")
 def test_inside_a_job_sigterm_is_ignored_as_submitit_does_and_training_goes_on(tmp_path, capsys):
     run = RunDir(tmp_path / "run")

@@ -51,6 +51,7 @@ def _stable_lr(inst, ratio: float) -> float:
     return ratio * inst.p * inst.d / (2 * inst.constants.delta * float(inst.basis.lam.max()))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("draws", [2, 16])  # 2: Gram route (n k < p); 16: p-space route (n k > p)
 def test_closed_form_equals_gradient_descent(draws):
     """Plain GD on the real network (autograd, step by step) = the closed form with the same step, to 1e-9."""
@@ -191,6 +192,7 @@ def test_gap_rise_time_on_an_exponential():
     assert gap_rise_time(taus, np.zeros_like(taus), gap * 0.1, 1.0, 0.5).censored  # never reached: lower bound
 
 
+@pytest.mark.e2e
 def test_tau_mem_linear_in_psi_n_when_p_much_larger_than_n(tmp_path):
     """psi_p = 256 >> psi_n: the measured tau_mem grows linearly in psi_n (CI holds 1), tau_gen far slower."""
     cfg = load_theory_config(overrides=["theory.d=30", "theory.psi_p=256", "theory.psi_n=[2,4,8]",
@@ -210,6 +212,7 @@ def test_tau_mem_linear_in_psi_n_when_p_much_larger_than_n(tmp_path):
         assert row["tau_gen"] < row["tau_mem"] / 20
 
 
+@pytest.mark.e2e
 def test_cli_quick_sweep_writes_every_file(tmp_path, capsys):
     out = tmp_path / "theory"
     assert main(["theory", "sweep", "--quick", "--out", str(out)]) == 0

@@ -32,6 +32,7 @@ def test_evaluation_steps_are_log_spaced_unique_and_end_at_the_last_step():
     assert evaluation_steps([30, 10, 10], 50) == [10, 30]
 
 
+@pytest.mark.e2e
 def test_cli_train_writes_the_run_folder(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", "--no-progress", "--out", str(out)]
@@ -58,6 +59,7 @@ def test_cli_train_writes_the_run_folder(tmp_path, capsys):
     assert len(run.metrics()) == len(expected)
 
 
+@pytest.mark.e2e
 def test_resume_gives_bit_identical_weights_and_metrics(tmp_path):
     cfg = tiny_config()
     train(cfg, tmp_path / "straight", progress=False)
@@ -73,6 +75,7 @@ def test_resume_gives_bit_identical_weights_and_metrics(tmp_path):
     assert timing_free(RunDir(tmp_path / "straight").metrics()) == timing_free(RunDir(tmp_path / "cut").metrics())
 
 
+@pytest.mark.e2e
 def test_full_batch_resume_is_exact_too(tmp_path):
     cfg = tiny_config("train.batch_size=512", "train.optimizer=sgd", "train.lr=0.01", "eval.inline=false")
     train(cfg, tmp_path / "a", progress=False)
@@ -84,6 +87,7 @@ def test_full_batch_resume_is_exact_too(tmp_path):
     assert RunDir(tmp_path / "a").metrics() == []  # evaluation left to `diffmem evaluate`
 
 
+@pytest.mark.e2e
 def test_a_changed_config_is_refused_with_the_differing_keys(tmp_path):
     cfg = tiny_config("eval.inline=false")
     train(cfg, tmp_path / "run", progress=False, stop_at_step=5)
@@ -93,6 +97,7 @@ def test_a_changed_config_is_refused_with_the_differing_keys(tmp_path):
     assert train(cfg.replace(train={"num_threads": 1}), tmp_path / "run", progress=False).status == "done"
 
 
+@pytest.mark.e2e
 def test_evaluate_fills_in_missing_metrics_and_is_reproducible(tmp_path):
     cfg = tiny_config("eval.inline=false")
     train(cfg, tmp_path / "run", progress=False)
@@ -108,6 +113,7 @@ def test_evaluate_fills_in_missing_metrics_and_is_reproducible(tmp_path):
     assert timing_free(run.metrics()) == timing_free(records)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2])
 def test_a_signal_saves_state_exits_0_and_the_rerun_ends_bit_identical(sig, tmp_path):
     cfg_path = tmp_path / "c.toml"
@@ -136,6 +142,7 @@ def test_a_signal_saves_state_exits_0_and_the_rerun_ends_bit_identical(sig, tmp_
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.e2e
 def test_a_finished_run_with_a_changed_config_is_refused_not_skipped(tmp_path):
     cfg = tiny_config("eval.inline=false", "train.steps=5")
     assert train(cfg, tmp_path / "run", progress=False).status == "done"
@@ -145,6 +152,7 @@ def test_a_finished_run_with_a_changed_config_is_refused_not_skipped(tmp_path):
         train(cfg.replace(train={"steps": 4}), tmp_path / "run", progress=False)  # a larger one extends it
 
 
+@pytest.mark.e2e
 def test_a_run_with_the_speed_switches_trains_resumes_and_evaluates(tmp_path):
     """bf16 + channels-last: the run finishes, resumes exactly, and its checkpoints load into the plain model."""
     cfg = tiny_config("train.precision=bf16", "train.channels_last=true")
@@ -163,6 +171,7 @@ def test_a_run_with_the_speed_switches_trains_resumes_and_evaluates(tmp_path):
         train(cfg.replace(train={"precision": "fp32"}), tmp_path / "straight", progress=False)
 
 
+@pytest.mark.e2e
 def test_a_run_folder_without_model_init_resumes_with_its_recorded_init(tmp_path, capsys):
     """An old run folder (config.json without model.init, trained with diffusers' init) continued by `diffmem train`
     under today's default (init = "official") is not refused: it resumes and keeps "diffusers", so its final weights
