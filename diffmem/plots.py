@@ -409,11 +409,11 @@ def _curve_legend_extras(band: bool, seeded: bool, band_label: str = "95 % inter
     return extra
 
 
-def _mark_tau_bias(ax, pair_rows: Sequence[dict[str, Any]], y: float, color) -> bool:
+def _mark_tau_bias(ax, pair_rows: Sequence[dict[str, Any]], y: float, color) -> str:
     """tau_bias of one cell's split pairs (summary rows, one per pair) at height ``y`` of the window strip: the
     median of the measured ones as a diamond with the union of their brackets as a whisker; when all are censored,
     the median bound as an open triangle pointing where tau_bias lies ('>' lower bound, '<' upper bound). Returns
-    True when something was drawn."""
+    what was drawn: "measured" or "bound"."""
     measured = [r for r in pair_rows if not r.get("tau_bias_censored")]
     if measured:
         value = _median([r["tau_bias"] for r in measured])
@@ -423,11 +423,11 @@ def _mark_tau_bias(ax, pair_rows: Sequence[dict[str, Any]], y: float, color) -> 
                                 ls="none", capsize=2, elinewidth=0.8, zorder=5)
         if xerr is not None:
             _mark_interval(*container.lines[2])
-        return True
+        return "measured"
     lower = [r["tau_bias"] for r in pair_rows if r.get("tau_bias_hi") is None]
     bounds = lower or [r["tau_bias"] for r in pair_rows]
     ax.plot([_median(bounds)], [y], marker=">" if lower else "<", mfc="none", mec=color, ms=5, ls="none", zorder=5)
-    return True
+    return "bound"
 
 
 def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
@@ -460,7 +460,8 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
         if ax_mem is not None:
             band, many = draw_cell_curves(ax_mem, cell, "f_mem", colors[n])
             mem_band, seeded = mem_band or band, seeded or many
-    any_bound = any_empty = any_bias = any_gap = False
+    any_bound = any_empty = any_gap = False
+    bias_marks: set[str] = set()
     for i, n in enumerate(ns):
         cell = [r for r in rows if r["n"] == n]
         gen, mem, mem_bound = _window_of(cell)
@@ -479,7 +480,7 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
                 _mark_interval(*container.lines[2])
         pair_rows = list({r["pair"]: r for r in cell if r.get("pair") and r.get("tau_bias") is not None}.values())
         if pair_rows:  # only cells with split pairs: the window figure of an experiment without pairs is unchanged
-            any_bias |= _mark_tau_bias(ax_win, pair_rows, i - 0.2, colors[n])
+            bias_marks.add(_mark_tau_bias(ax_win, pair_rows, i - 0.2, colors[n]))
             gap = _median([r.get("tau_gap") for r in cell if r.get("pair") and not r.get("tau_gap_censored")])
             if gap is not None:
                 ax_win.plot([gap], [i + 0.2], marker="o", mfc="white", mec="0.15", ms=4, ls="none", zorder=5)
@@ -490,7 +491,9 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     ax_win.grid(axis="y", visible=False)
     notes = ["hatched: $\\tau_\\mathrm{mem}$ only a lower bound"] * any_bound
     notes += ["| = $\\tau_\\mathrm{mem}$ before $\\tau_\\mathrm{gen}$: no window"] * any_empty
-    pair_notes = [r"diamond: $\tau_\mathrm{bias}$ of the split pairs (median, 95 % bracket)"] * any_bias
+    pair_notes = [r"diamond: $\tau_\mathrm{bias}$ of the split pairs (median, 95 % bracket)"] * (
+        "measured" in bias_marks)
+    pair_notes += [r"open triangle: $\tau_\mathrm{bias}$ only a bound ($>$: not reached)"] * ("bound" in bias_marks)
     pair_notes += [r"circle: $\tau_\mathrm{gap}$ of their runs"] * any_gap
     ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N (median over seeds)\nblack "
                      "whiskers: 95 % intervals" + ("\n" + "; ".join(notes) if notes else "")

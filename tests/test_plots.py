@@ -393,7 +393,8 @@ def test_window_figure_shows_tau_bias_and_tau_gap_only_for_cells_with_pairs(pair
             assert diamond.get_xdata()[0] == pytest.approx(np.median([r["tau_bias"] for r in cell]))
         (gap,) = [ln for ln in _markers(strip, "o") if ln.get_ydata()[0] == pytest.approx(i + 0.2)]
         assert gap.get_xdata()[0] == pytest.approx(np.median([r["tau_gap"] for r in cell]))
-    assert "tau_\\mathrm{bias}" in strip.get_title(loc="left")
+    assert "tau_\\mathrm{bias}$ of the split pairs" in strip.get_title(loc="left")
+    assert "only a bound" in strip.get_title(loc="left")
     _, plain = experiment
     for result in plain.figures:
         if result.name.startswith("window"):
