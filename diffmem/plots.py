@@ -5,7 +5,8 @@
 
 - ``window_w{W}``: FID/FD (top) and f_mem with its 95% interval (bottom) against the training step, one colour per N,
   the generalization window [tau_gen, tau_mem] of each N shaded (the paper's Fig. 2). Where a cell (N, W) has several
-  seeds, each seed's curve is thin and the cell's mean bold, with the 95 % t interval of the mean over seeds.
+  seeds, each seed's curve is thin and the cell's mean bold, with the 95 % t interval of the mean over seeds. Cells
+  with split pairs also show tau_bias (with its bracket) and tau_gap in the window strip.
 - ``collapse``: f_mem against step / N, one panel per width (seeds as in the window figure).
 - ``scaling``: tau_mem and tau_gen against N (log-log), per width, with the fitted law and its bootstrap band;
   censored runs as open triangles (pointing up: lower bound).
@@ -15,6 +16,10 @@
   memorizing and tau >= tau_gen; still learning before tau_gen; "not memorizing" when tau_gen is unknown or only a
   lower bound (the paper's Fig. 3).
 - ``loss_gap``: train (solid) and test (dashed) loss at the fixed diffusion time against the step, per N.
+- ``pairs`` (only with split pairs, ``pairs.jsonl``): per pair, against the step, the bias ln(d_other / d_own)
+  with its 95 % band and a line at 0, the pair distance with its band and the own fraction (0.5: no preference),
+  one column per width, one colour per N (seeds as in the window figure); each pair's tau_bias on its bias curve
+  with its bracket, and its members' tau_gen and tau_mem on the same curve for comparison.
 - ``gallery_n{N:05d}_w{W:02d}``: per cell, one run's stored sample grids (samples above their nearest training
   images, copies framed in red) before tau_gen, inside the window and after tau_mem, upscaled without smoothing.
 
@@ -42,11 +47,13 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 from scipy import stats
 
-from diffmem.analysis.runfiles import RunRecord, find_run_folders, read_csv, read_run, write_figure_index
+from diffmem.analysis.runfiles import (PairRecord, RunRecord, find_run_folders, pair_records, read_csv, read_pairs,
+                                       read_run, write_figure_index)
 from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
 from diffmem.figure_checks import INTERVAL_GID
 from diffmem.io import atomic_write_bytes
 from diffmem.metrics.fid import metric_label
+from diffmem.rundir import PAIRS_FILE
 
 STYLE = {
     "font.size": 8, "axes.labelsize": 9, "axes.titlesize": 9, "legend.fontsize": 7, "xtick.labelsize": 7,
@@ -77,12 +84,14 @@ class FigureResult:
 
 @dataclass(frozen=True)
 class ExperimentFiles:
-    """What the figures read: summary rows (typed), fits (None when fits.json is absent) and each run's metrics."""
+    """What the figures read: summary rows (typed), fits (None when fits.json is absent), each run's metrics and
+    the split pairs of pairs.jsonl whose two runs are both in the summary (by pair id; empty without pairs)."""
 
     directory: Path
     rows: tuple[dict[str, Any], ...]
     fits: dict[str, FitSet] | None
     records: dict[str, RunRecord]
+    pairs: dict[str, PairRecord] = field(default_factory=dict)
 
     @property
     def widths(self) -> list[int]:
@@ -97,7 +106,8 @@ class ExperimentFiles:
 
 
 def load_experiment_files(experiment_dir: str | Path) -> ExperimentFiles:
-    """Read summary.csv, fits.json (if present) and the metrics of every run listed in the summary."""
+    """Read summary.csv, fits.json (if present), the metrics of every run listed in the summary and pairs.jsonl (if
+    present)."""
     directory = Path(experiment_dir)
     summary = directory / "summary.csv"
     if not summary.is_file():
@@ -111,7 +121,9 @@ def load_experiment_files(experiment_dir: str | Path) -> ExperimentFiles:
             raise PlotError(f"summary.csv lists run '{row['run']}' but {directory} has no such run folder; rerun "
                             "`diffmem analyze`")
         records[row["run"]] = read_run(folders[row["run"]])
-    return ExperimentFiles(directory, rows, fits, records)
+    pairs = {k: p for k, p in pair_records(read_pairs(directory)).items()
+             if p.run_a in records and p.run_b in records}
+    return ExperimentFiles(directory, rows, fits, records, pairs)
 
 
 # --- helpers --------------------------------------------------------------------------------------------------------
@@ -330,24 +342,29 @@ CELL_MEAN_STYLE = dict(lw=2.0)
 """The cell's mean over seeds (bold)."""
 
 
-def _run_band(rec: RunRecord, key: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """The 95 % band of one run's ``key`` per evaluation: f_mem's bootstrap interval, the quality metric's
-    :func:`_quality_band`; None when not recorded."""
-    if key != "f_mem":
+def _run_band(rec: RunRecord | PairRecord, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The 95 % band of one run's (or split pair's) ``key`` per evaluation: the quality metric's
+    :func:`_quality_band`, else the recorded ``{key}_lo`` / ``{key}_hi`` (f_mem's bootstrap interval, a pair's
+    measures'); None when not recorded."""
+    if key == "fid":
         return _quality_band(rec)
     lo, hi = rec.series("f_mem_lo"), rec.series("f_mem_hi")
     return (lo, hi) if (np.isfinite(lo) & np.isfinite(hi)).any() else None
 
 
 def _clip_band(key: str, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """f_mem bands inside [0, 1]; quality bands (log axis) no lower than half the curve."""
-    if key == "f_mem":
+    """Fraction bands (f_mem, own_fraction) inside [0, 1]; quality bands (log axis) no lower than half the curve;
+    others as they are."""
+    if key in ("f_mem", "own_fraction"):
         return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-    return np.maximum(lo, y * 0.5), hi
+    if key == "fid":
+        return np.maximum(lo, y * 0.5), hi
+    return lo, hi
 
 
-def draw_cell_curves(ax, records: Sequence[RunRecord], key: str, color, *, per_x: float = 1.0) -> tuple[bool, bool]:
-    """The metric ``key`` of one cell (the seeds of one N and W) against step / ``per_x``.
+def draw_cell_curves(ax, records: Sequence[RunRecord | PairRecord], key: str, color, *,
+                     per_x: float = 1.0) -> tuple[bool, bool]:
+    """The metric ``key`` of one cell (the seeds of one N and W: runs, or split pairs) against step / ``per_x``.
 
     One seed: its curve with dots and its own 95 % band (:func:`_run_band`). Several seeds: each seed thin
     (:data:`SEED_STYLE`), their mean bold (:data:`CELL_MEAN_STYLE`) with the 95 % t interval over seeds as the band
@@ -392,6 +409,27 @@ def _curve_legend_extras(band: bool, seeded: bool, band_label: str = "95 % inter
     return extra
 
 
+def _mark_tau_bias(ax, pair_rows: Sequence[dict[str, Any]], y: float, color) -> str:
+    """tau_bias of one cell's split pairs (summary rows, one per pair) at height ``y`` of the window strip: the
+    median of the measured ones as a diamond with the union of their brackets as a whisker; when all are censored,
+    the median bound as an open triangle pointing where tau_bias lies ('>' lower bound, '<' upper bound). Returns
+    what was drawn: "measured" or "bound"."""
+    measured = [r for r in pair_rows if not r.get("tau_bias_censored")]
+    if measured:
+        value = _median([r["tau_bias"] for r in measured])
+        env = _envelope(measured, "tau_bias")
+        xerr = None if env is None else [[max(value - env[0], 0)], [max(env[1] - value, 0)]]
+        container = ax.errorbar([value], [y], xerr=xerr, color="0.15", marker="D", mfc=color, mec="black", ms=4.5,
+                                ls="none", capsize=2, elinewidth=0.8, zorder=5)
+        if xerr is not None:
+            _mark_interval(*container.lines[2])
+        return "measured"
+    lower = [r["tau_bias"] for r in pair_rows if r.get("tau_bias_hi") is None]
+    bounds = lower or [r["tau_bias"] for r in pair_rows]
+    ax.plot([_median(bounds)], [y], marker=">" if lower else "<", mfc="none", mec=color, ms=5, ls="none", zorder=5)
+    return "bound"
+
+
 def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
     """FID/FD (with its 95 % sampling band where recorded) and f_mem (symlog, with its 95 % bootstrap band) against the
     step for every N at one width, and a strip with each N's window [tau_gen, tau_mem] and their 95 % intervals. A cell
@@ -422,7 +460,8 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
         if ax_mem is not None:
             band, many = draw_cell_curves(ax_mem, cell, "f_mem", colors[n])
             mem_band, seeded = mem_band or band, seeded or many
-    any_bound = any_empty = False
+    any_bound = any_empty = any_gap = False
+    bias_marks: set[str] = set()
     for i, n in enumerate(ns):
         cell = [r for r in rows if r["n"] == n]
         gen, mem, mem_bound = _window_of(cell)
@@ -439,14 +478,26 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
                 container = ax_win.errorbar([value], [i], xerr=[[max(value - env[0], 0)], [max(env[1] - value, 0)]],
                                             color="0.15", ls="none", capsize=2, elinewidth=0.8, marker="none")
                 _mark_interval(*container.lines[2])
+        pair_rows = list({r["pair"]: r for r in cell if r.get("pair") and r.get("tau_bias") is not None}.values())
+        if pair_rows:  # only cells with split pairs: the window figure of an experiment without pairs is unchanged
+            bias_marks.add(_mark_tau_bias(ax_win, pair_rows, i - 0.2, colors[n]))
+            gap = _median([r.get("tau_gap") for r in cell if r.get("pair") and not r.get("tau_gap_censored")])
+            if gap is not None:
+                ax_win.plot([gap], [i + 0.2], marker="o", mfc="white", mec="0.15", ms=4, ls="none", zorder=5)
+                any_gap = True
     ax_win.set_yticks(range(len(ns)), [str(n) for n in ns])
     ax_win.set_ylim(-0.6, len(ns) - 0.4)
     ax_win.set_ylabel("N")
     ax_win.grid(axis="y", visible=False)
     notes = ["hatched: $\\tau_\\mathrm{mem}$ only a lower bound"] * any_bound
     notes += ["| = $\\tau_\\mathrm{mem}$ before $\\tau_\\mathrm{gen}$: no window"] * any_empty
+    pair_notes = [r"diamond: $\tau_\mathrm{bias}$ of the split pairs (median, 95 % bracket)"] * (
+        "measured" in bias_marks)
+    pair_notes += [r"open triangle: $\tau_\mathrm{bias}$ only a bound ($>$: not reached)"] * ("bound" in bias_marks)
+    pair_notes += [r"circle: $\tau_\mathrm{gap}$ of their runs"] * any_gap
     ax_win.set_title("window [$\\tau_\\mathrm{gen}$, $\\tau_\\mathrm{mem}$] per N (median over seeds)\nblack "
-                     "whiskers: 95 % intervals" + ("\n" + "; ".join(notes) if notes else ""), fontsize=6.5,
+                     "whiskers: 95 % intervals" + ("\n" + "; ".join(notes) if notes else "")
+                     + "".join("\n" + note for note in pair_notes), fontsize=6.5,
                      loc="left")
     ax_win.set_xscale("log")
     if ax_fid is not None:
@@ -978,7 +1029,117 @@ def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     return save_figure(fig, out_dir, "loss_gap")
 
 
-# --- 7. memorization gallery ---------------------------------------------------------------------------------------
+# --- 7. split pairs ------------------------------------------------------------------------------------------------
+
+PAIR_PANELS = (
+    ("bias", "bias $\\ln(d_\\mathrm{other}/d_\\mathrm{own})$\n(0: no preference)", 0.0),
+    ("pair_distance", "pair distance $\\|a_i - b_i\\|$\n(pixel values / 255)", None),
+    ("own_fraction", "own fraction\n(0.5: no preference)", 0.5),
+)
+"""The rows of the pairs figure: pairs.jsonl key, axis label, reference line (None: none)."""
+
+PAIR_MARKERS = {"tau_bias": dict(marker="D", ms=5.5, mec="black", mew=0.6),
+                "tau_gen": dict(marker="s", ms=5, mfc="white", mew=1.0),
+                "tau_mem": dict(marker="^", ms=5.5, mfc="white", mew=1.0)}
+"""How the pairs figure marks a timescale on a pair's bias curve (the colour is the pair's N)."""
+
+
+def _value_at(record: PairRecord, key: str, step: float) -> float | None:
+    """``key`` of a pair at ``step`` (optimizer steps), interpolated linearly in log step between its paired
+    evaluations (held at the ends); None when the pair has no value of ``key``."""
+    steps, y = record.steps, record.series(key)
+    ok = _finite(steps, y)
+    if not ok.any() or step <= 0:
+        return None
+    return float(np.interp(math.log(step), np.log(steps[ok]), y[ok]))
+
+
+def _mark_pair_timescales(ax, record: PairRecord, rows: dict[str, dict[str, Any]], color) -> set[str]:
+    """On ``record``'s bias curve: its tau_bias (summary.csv row of its split-0 run) with its bracket as a
+    horizontal whisker (a censored one as an open triangle pointing where it lies), and each member's measured
+    tau_gen and tau_mem. Returns the kinds of mark drawn (keys of :data:`PAIR_MARKERS`, "bound")."""
+    drawn = set()
+    row_a = rows.get(record.run_a, {})
+    value = row_a.get("tau_bias")
+    y = _value_at(record, "bias", value) if value is not None else None
+    if y is not None and row_a.get("tau_bias_censored"):
+        lower = row_a.get("tau_bias_hi") is None
+        ax.plot([value], [y], marker=">" if lower else "<", mfc="none", mec=color, ms=6, ls="none", zorder=6)
+        drawn.add("bound")
+    elif y is not None:
+        lo, hi = row_a.get("tau_bias_lo"), row_a.get("tau_bias_hi")
+        xerr = [[max(value - lo, 0)], [max(hi - value, 0)]] if lo is not None and hi is not None else None
+        container = ax.errorbar([value], [y], xerr=xerr, color=color, ls="none", capsize=2.5, elinewidth=1.0,
+                                mfc=color, zorder=6, **PAIR_MARKERS["tau_bias"])
+        if xerr is not None:
+            _mark_interval(*container.lines[2])
+        drawn.add("tau_bias")
+    for run in (record.run_a, record.run_b):
+        row = rows.get(run, {})
+        for key in ("tau_gen", "tau_mem"):
+            if row.get(key) is None or row.get(f"{key}_censored"):
+                continue
+            at = _value_at(record, "bias", row[key])
+            if at is not None:
+                ax.plot([row[key]], [at], ls="none", mec=color, zorder=5, **PAIR_MARKERS[key])
+                drawn.add(key)
+    return drawn
+
+
+def plot_pairs(data: ExperimentFiles, out_dir: Path) -> FigureResult:
+    """The split pairs' measures (pairs.jsonl) against the step: bias with its 95 % band and a line at 0, pair
+    distance with its band, own fraction with a line at 0.5; rows sharing the step axis, one column per width, one
+    colour per N, a cell with several seeds drawn as in :func:`plot_window` (:func:`draw_cell_curves`). Each pair's
+    tau_bias with its bracket, and its members' tau_gen and tau_mem, are marked on its bias curve
+    (:func:`_mark_pair_timescales`). Skipped without pairs.jsonl."""
+    if not data.pairs:
+        if (data.directory / PAIRS_FILE).is_file():
+            return FigureResult("pairs", skipped=f"{PAIRS_FILE} holds no pair whose two runs are both in summary.csv")
+        return FigureResult("pairs", skipped=f"no {PAIRS_FILE}: no split pairs (`sweep.splits = [0, 1]`, then "
+                                             "`diffmem pairs`)")
+    pairs = list(data.pairs.values())
+    widths = sorted({p.width for p in pairs})
+    cols = len(widths)
+    fig, axes = new_figure(len(PAIR_PANELS) * cols, rows=len(PAIR_PANELS), size=(4.0, 2.1), sharex=True)
+    colors = n_colors(data.ns)
+    rows = {r["run"]: r for r in data.rows}
+    band = seeded = False
+    marks: set[str] = set()
+    for c, w in enumerate(widths):
+        column = [axes[k * cols + c] for k in range(len(PAIR_PANELS))]
+        of_width = [p for p in pairs if p.width == w]
+        ns = sorted({p.n for p in of_width})
+        for ax, (key, label, reference) in zip(column, PAIR_PANELS):
+            if reference is not None:
+                ax.axhline(reference, color="0.35", ls=":", lw=0.9, zorder=1)
+            for n in ns:
+                drew, many = draw_cell_curves(ax, [p for p in of_width if p.n == n], key, colors[n])
+                band, seeded = band or drew, seeded or many
+            ax.set_ylabel(label)
+        for p in of_width:
+            marks |= _mark_pair_timescales(column[0], p, rows, colors[p.n])
+        column[-1].set_ylim(0, 1)
+        column[-1].set_xscale("log")
+        column[-1].set_xlabel("training step")
+        column[0].set_title(f"W = {w}: split pairs (blocks 0 and 1)")
+    extra = _curve_legend_extras(band, seeded)
+    names = {"tau_bias": r"$\tau_\mathrm{bias}$ (bar: bracket)", "tau_gen": r"$\tau_\mathrm{gen}$ of each run",
+             "tau_mem": r"$\tau_\mathrm{mem}$ of each run"}
+    extra += [Line2D([], [], ls="none", color="0.3", mec="0.3", mfc="0.3" if k == "tau_bias" else "white",
+                     label=names[k], **{a: v for a, v in PAIR_MARKERS[k].items() if a not in ("mec", "mfc")})
+              for k in PAIR_MARKERS if k in marks]
+    if "bound" in marks:
+        extra.append(Line2D([], [], ls="none", marker=">", mfc="none", mec="0.3",
+                            label=r"$\tau_\mathrm{bias}$ censored (points where it lies)"))
+    _legend_by_n(fig, sorted({p.n for p in pairs}), colors, extra=extra, loc="outside lower center",
+                 ncols=2 if cols == 1 else 3, fontsize=6)
+    fig.canvas.draw()
+    for ax in axes[-cols:]:
+        readable_log_axis(ax.xaxis)
+    return save_figure(fig, out_dir, "pairs")
+
+
+# --- 8. memorization gallery ---------------------------------------------------------------------------------------
 
 GALLERY_PHASES = ("before tau_gen", "inside the window", "after tau_mem")
 """The three checkpoints of a gallery (keys of :func:`gallery_steps`)."""
@@ -1134,6 +1295,7 @@ def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = Non
         results.append(plot_width(data, out_dir))
         results.append(plot_phase(data, out_dir, threshold=phase_threshold, times=phase_times))
         results.append(plot_loss_gap(data, out_dir))
+        results.append(plot_pairs(data, out_dir))
         results += plot_galleries(data, out_dir)
     write_figure_index(out_dir, ((r.name, [p.name for p in r.files], r.skipped) for r in results))
     return results

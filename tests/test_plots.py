@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from diffmem import plots
 from diffmem.figure_checks import INTERVAL_GID, figure_problems
 from diffmem.analysis import analyze
-from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
+from diffmem.analysis.runfiles import read_csv
+from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_pairs, write_synthetic_run
 
 ALL_FIGURES = {"window_w08", "window_w32", "collapse", "scaling", "width", "phase", "loss_gap"}
 
@@ -28,7 +30,7 @@ def experiment(tmp_path_factory):
 @pytest.mark.e2e
 def test_every_figure_is_written_as_png_and_pdf(experiment):
     root, summary = experiment
-    results = {r.name: r for r in summary.figures if r.name != "gallery"}  # no sample grids: see the gallery tests
+    results = {r.name: r for r in summary.figures if r.name not in ("gallery", "pairs")}  # see their own tests
     assert set(results) == ALL_FIGURES
     for result in results.values():
         assert result.skipped is None, result
@@ -103,7 +105,7 @@ def test_figures_need_the_summary(tmp_path):
 
 # --- mechanical checks of every figure (issue #29, item 5) ----------------------------------------------------------
 
-WITH_INTERVALS = ("window", "collapse", "scaling", "width")
+WITH_INTERVALS = ("window", "collapse", "scaling", "width", "pairs")
 """Figures whose data has intervals in the synthetic experiments (f_mem_lo/hi per evaluation, tau_*_lo/hi)."""
 
 
@@ -129,12 +131,24 @@ def width_sweep(tmp_path_factory):
     return root, analyze(root)
 
 
+@pytest.fixture(scope="module")
+def pair_experiment(tmp_path_factory):
+    """One width, N = 16, 64 and 256 with two seeds, every run with its split-1 twin and planted pairs.jsonl:
+    tau_bias = 20 N (before tau_mem = 80 N), except N = 256, whose bias is never established (censored)."""
+    root = tmp_path_factory.mktemp("pairs")
+    planted = write_synthetic_experiment(root, [16, 64, 256], widths=[8], seeds=[0, 1], n_evals=24,
+                                         steps=lambda n, w: max(5000, 300 * n), tau_gen=lambda n, w: 700.0,
+                                         tau_mem=lambda n, w: 80.0 * n)
+    pairs = write_synthetic_pairs(root, planted, tau_bias=lambda n, w: None if n == 256 else 20.0 * n, n_evals=24)
+    return root, analyze(root), pairs
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("which", ["experiment", "n_sweep", "width_sweep"])
+@pytest.mark.parametrize("which", ["experiment", "n_sweep", "width_sweep", "pair_experiment"])
 def test_every_figure_drawn_passes_the_mechanical_checks(which, request):
     """No overlapping tick labels, >= 2 labelled ticks per log axis, a label on every axis with ticks, no label cut
     off, intervals drawn where the data has them; the Figure kept in FigureResult is the one written."""
-    root, summary = request.getfixturevalue(which)
+    root, summary = request.getfixturevalue(which)[:2]
     drawn = [r for r in summary.figures if r.skipped is None]
     assert drawn
     problems = []
@@ -149,8 +163,9 @@ def test_every_figure_drawn_passes_the_mechanical_checks(which, request):
 def test_figures_a_single_n_or_width_cannot_support_are_skipped_in_one_line(n_sweep, width_sweep):
     _, by_n = n_sweep
     _, by_width = width_sweep
-    skipped_n = {r.name: r.skipped for r in by_n.figures if r.skipped and r.name != "gallery"}  # no sample grids
-    skipped_w = {r.name: r.skipped for r in by_width.figures if r.skipped and r.name != "gallery"}
+    others = ("gallery", "pairs")  # no sample grids, no split pairs: see their own tests
+    skipped_n = {r.name: r.skipped for r in by_n.figures if r.skipped and r.name not in others}
+    skipped_w = {r.name: r.skipped for r in by_width.figures if r.skipped and r.name not in others}
     assert set(skipped_n) == {"width"} and "one width" in skipped_n["width"]
     assert {"scaling", "collapse"} <= set(skipped_w)
     assert all("one N" in skipped_w[k] for k in ("scaling", "collapse"))
@@ -326,3 +341,86 @@ def test_no_gallery_without_stored_grids(experiment):
     _, summary = experiment
     (gallery,) = [r for r in summary.figures if r.name.startswith("gallery")]
     assert gallery.name == "gallery" and "no run has stored sample grids" in gallery.skipped
+
+
+# --- split pairs (issue #30) ------------------------------------------------------------------------------------------
+
+def _markers(ax, marker: str) -> list:
+    return [ln for ln in ax.get_lines() if ln.get_marker() == marker]
+
+
+@pytest.mark.e2e
+def test_pairs_figure_marks_tau_bias_and_the_members_timescales(pair_experiment):
+    """The pairs figure: bias, pair distance and own fraction of every pair with their bands; each measured pair's
+    tau_bias (whose bracket holds the planted 20 N) as a diamond on its bias curve with its bracket as a marked
+    whisker, the censored N = 256 pairs as open triangles pointing right (a lower bound), and the members'
+    tau_gen (squares) and tau_mem (triangles) on the same curves."""
+    root, summary, planted = pair_experiment
+    (result,) = [r for r in summary.figures if r.name == "pairs"]
+    assert result.skipped is None and [p.suffix for p in result.files] == [".png", ".pdf"]
+    rows = {r["run"]: r for r in read_csv(root / "summary.csv")}
+    bias_ax, distance_ax, own_ax = result.figure.axes[:3]
+    assert bias_ax.get_xscale() == "log" and "bias" in bias_ax.get_ylabel()
+    assert "pair distance" in distance_ax.get_ylabel() and "own fraction" in own_ax.get_ylabel()
+    assert any(np.allclose(ln.get_ydata(), 0.0) for ln in bias_ax.get_lines())  # the line at 0
+    assert any(np.allclose(ln.get_ydata(), 0.5) for ln in own_ax.get_lines())  # no preference
+    for ax in (bias_ax, distance_ax, own_ax):
+        assert any(c.get_gid() == INTERVAL_GID for c in ax.collections)
+    diamonds = {float(ln.get_xdata()[0]) for ln in _markers(bias_ax, "D")}
+    bounds = {float(ln.get_xdata()[0]) for ln in _markers(bias_ax, ">")}
+    for pair in planted:
+        row = rows[pair.pair]
+        if pair.tau_bias is None:
+            assert row["tau_bias_censored"] and row["tau_bias"] in bounds
+        else:
+            assert row["tau_bias_lo"] < pair.tau_bias <= row["tau_bias_hi"]
+            assert row["tau_bias"] in diamonds
+    whiskers = [c for c in bias_ax.collections if c.get_gid() == INTERVAL_GID and isinstance(c, LineCollection)
+                and all(len(seg) == 2 and seg[0][1] == seg[1][1] for seg in c.get_segments())]
+    assert len(whiskers) == 4  # one horizontal bracket per measured pair
+    squares = {float(ln.get_xdata()[0]) for ln in _markers(bias_ax, "s")}
+    triangles = {float(ln.get_xdata()[0]) for ln in _markers(bias_ax, "^")}
+    for run in rows.values():
+        assert run["tau_gen"] in squares and run["tau_mem"] in triangles
+
+
+@pytest.mark.e2e
+def test_window_figure_shows_tau_bias_and_tau_gap_only_for_cells_with_pairs(pair_experiment, experiment):
+    """The window strip of the pair experiment: a diamond at each measured cell's median tau_bias, an open triangle
+    at the censored cell's bound, a circle at each cell's tau_gap; the window figure of an experiment without pairs
+    has none of these and its title says nothing of them."""
+    root, summary, _ = pair_experiment
+    figures = {r.name: r.figure for r in summary.figures}
+    strip = figures["window_w08"].axes[-1]
+    rows = read_csv(root / "summary.csv")
+    for i, n in enumerate((16, 64, 256)):
+        cell = [r for r in rows if r["n"] == n]
+        if n == 256:
+            (bound,) = [ln for ln in _markers(strip, ">") if ln.get_ydata()[0] == pytest.approx(i - 0.2)]
+            assert bound.get_xdata()[0] == pytest.approx(np.median([r["tau_bias"] for r in cell]))
+        else:
+            (diamond,) = [ln for ln in _markers(strip, "D") if ln.get_ydata()[0] == pytest.approx(i - 0.2)]
+            assert diamond.get_xdata()[0] == pytest.approx(np.median([r["tau_bias"] for r in cell]))
+        (gap,) = [ln for ln in _markers(strip, "o") if ln.get_ydata()[0] == pytest.approx(i + 0.2)]
+        assert gap.get_xdata()[0] == pytest.approx(np.median([r["tau_gap"] for r in cell]))
+    assert "tau_\\mathrm{bias}$ of the split pairs" in strip.get_title(loc="left")
+    assert "only a bound" in strip.get_title(loc="left")
+    _, plain = experiment
+    for result in plain.figures:
+        if result.name.startswith("window"):
+            ax = result.figure.axes[-1]
+            assert not _markers(ax, "D") and not _markers(ax, "o") and not _markers(ax, ">")
+            assert "bias" not in ax.get_title(loc="left")
+
+
+@pytest.mark.e2e
+def test_no_pairs_figure_without_pairs_jsonl(experiment, tmp_path):
+    _, summary = experiment
+    (result,) = [r for r in summary.figures if r.name == "pairs"]
+    assert result.skipped == "no pairs.jsonl: no split pairs (`sweep.splits = [0, 1]`, then `diffmem pairs`)"
+    assert not result.files and "\n" not in result.skipped
+    from diffmem.analysis.runfiles import read_figure_index
+
+    root, _ = experiment
+    (entry,) = [e for e in read_figure_index(root / "figures") if e["name"] == "pairs"]
+    assert entry["skipped"] == result.skipped and not entry["files"]

@@ -132,3 +132,69 @@ def test_a_law_whose_goodness_of_fit_fails_is_listed_as_unresolved(tmp_path):
     unresolved = text.split("## What the analysis could not resolve")[1]
     assert "- goodness of fit: `tau_mem_vs_n` (all runs): " + "; ".join(gof.flagged()) in unresolved
     assert "no single line passes through every run's interval" in unresolved
+
+
+# --- split pairs (issue #30) ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pair_experiment(tmp_path_factory):
+    """N = 32 and 128 (one seed) with their split-1 twins and planted tau_bias = 20 N (before tau_mem = 100 N), and
+    N = 512 whose bias is never established (a censored tau_bias)."""
+    from diffmem.analysis.synthetic import write_synthetic_pairs
+
+    root = tmp_path_factory.mktemp("report_pairs")
+    planted = write_synthetic_experiment(root, [32, 128, 512], widths=[8], steps=100_000, n_evals=20,
+                                         tau_gen=lambda n, w: 1500.0, tau_mem=lambda n, w: 100.0 * n)
+    pairs = write_synthetic_pairs(root, planted, tau_bias=lambda n, w: None if n == 512 else 20.0 * n, n_evals=20)
+    analyze(root)
+    return root, pairs, (root / "report.md").read_text()
+
+
+@pytest.mark.e2e
+def test_split_pairs_section_holds_each_pair_with_its_timescales(pair_experiment):
+    root, planted, text = pair_experiment
+    section = text.split("## Split pairs")[1].split("\n## ")[0]
+    rows = {r["run"]: r for r in read_csv(root / "summary.csv")}
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in section.splitlines() if line.startswith("| n0")}
+    assert set(lines) == {p.pair for p in planted}
+    for p in planted:
+        a, b = rows[p.run_a.name], rows[p.run_b.name]
+        cells = [c.strip() for c in lines[p.pair].strip("|").split("|")]
+        assert cells[:4] == [p.pair, str(p.run_a.n), "8", "0"]
+        assert cells[4:9] == [estimate_text(a, "tau_bias"), estimate_text(a, "tau_gen"), estimate_text(b, "tau_gen"),
+                              estimate_text(a, "tau_mem"), estimate_text(b, "tau_mem")]
+        if p.tau_bias is None:  # never biased in 1e5 steps: a lower bound above tau_mem = 51 200
+            assert cells[4].startswith("> ") and cells[9] == "no"
+        else:  # planted 20 N, well before 100 N
+            assert a["tau_bias_lo"] < p.tau_bias <= a["tau_bias_hi"] and cells[9] == "yes"
+        assert cells[10] == str(a["pair_evals"])
+    law = load_fits(root)["tau_bias_vs_n"].pooled
+    assert "`tau_bias_vs_n` | all runs" in section  # only two measured N: a law without an interval
+    assert f"{law.exponent:.3f}" in section
+    assert "![pairs](figures/pairs.png)" in section and (root / "figures" / "pairs.png").is_file()
+    unresolved = text.split("## What the analysis could not resolve")[1]
+    assert (f"- censored: pair `n00512_w08_s0` tau_bias {estimate_text(rows['n00512_w08_s0'], 'tau_bias')} steps "
+            "(a lower bound: the bias is not established at the last paired evaluation)") in unresolved
+    assert "figure skipped: pairs" not in unresolved
+
+
+@pytest.mark.e2e
+def test_no_split_pairs_section_without_pairs(experiment):
+    _, _, text = experiment
+    assert "## Split pairs" not in text
+    assert "- figure skipped: pairs: no pairs.jsonl" in text.split("## What the analysis could not resolve")[1]
+
+
+def test_bias_before_mem_reads_the_intervals_and_bounds():
+    from diffmem.analysis.report import bias_before_mem
+
+    def row(key, value, lo=None, hi=None, censored=False):
+        return {key: value, f"{key}_lo": lo, f"{key}_hi": hi, f"{key}_censored": censored}
+
+    mem = [row("tau_mem", 1000, 900, 1100), row("tau_mem", 1200, 1100, 1300)]
+    assert bias_before_mem(row("tau_bias", 300, 250, 350), mem) == "yes"
+    assert bias_before_mem(row("tau_bias", 1150, 1120, 1180), mem) == "no"  # after the first member's onset
+    assert bias_before_mem(row("tau_bias", 950, 850, 1050), mem) == "undecided (intervals overlap)"
+    assert bias_before_mem(row("tau_bias", 200, None, 200, censored=True), mem) == "yes"  # upper bound
+    assert bias_before_mem(row("tau_bias", 5000, None, None, censored=True), mem) == "no"  # lower bound, later
+    assert bias_before_mem(row("tau_bias", None), mem) == "-"

@@ -209,6 +209,16 @@ def test_pairs_then_kill_and_rerun_then_analyze(trained, tmp_path, capsys):
     listed = [p["run"] for p in law["points"] + law["censored"] + law["excluded"]]
     assert sorted(listed) == ["n00004_w08_s0", "n00008_w08_s0"]
     assert set(load_fits(exp)) >= {"tau_bias_vs_n", "tau_bias_vs_width"}
+    # the figures and the report page of real pairs (docs/split-pairs.md: the figures and the report page)
+    from diffmem.analysis.report import report_text
+    from diffmem.figure_checks import figure_problems
+    from diffmem.plots import make_figures
+
+    figures = {r.name: r for r in make_figures(exp)}
+    assert figures["pairs"].skipped is None
+    for name in ("pairs", "window_w08"):
+        assert figure_problems(figures[name].figure, name=name, expect_intervals=True) == []
+    assert "## Split pairs" in report_text(exp) and "| n00008_w08_s0 | 8 | 8 | 0 |" in report_text(exp)
 
 
 @pytest.mark.e2e

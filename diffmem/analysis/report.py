@@ -10,10 +10,13 @@ links are relative, so the page works wherever the folder is copied). Sections:
    bound, ``> value`` (lower) or ``< value`` (upper);
 3. laws: every fitted law of fits.json (pooled, and per width or per N where there are several) with its exponent,
    95 % interval, prefactor, runs and cells, goodness of fit (lack-of-fit p-value or why none) and the fit method;
-4. figures, then 5. galleries: each drawn figure as an image with a link to its PDF;
-6. what the analysis could not resolve: censored timescales, runs still training, laws not fitted with the reason,
-   fitted laws whose goodness of fit flags a problem (no line through every interval, lack of fit, an outlier),
-   the notes of fits.json, figures skipped with the reason.
+4. split pairs, only when summary.csv has pair columns (pairs.jsonl, `diffmem pairs`): one row per pair with
+   tau_bias and its bracket beside both members' tau_gen and tau_mem and whether tau_bias comes before tau_mem, the
+   tau_bias laws of fits.json, the pairs figure;
+5. figures, then 6. galleries: each drawn figure as an image with a link to its PDF;
+7. what the analysis could not resolve: censored timescales (tau_bias included), runs still training, laws not
+   fitted with the reason, fitted laws whose goodness of fit flags a problem (no line through every interval, lack
+   of fit, an outlier), the notes of fits.json, figures skipped with the reason.
 
 Steps are optimizer steps throughout.
 """
@@ -43,6 +46,9 @@ FIGURE_CAPTIONS = {
     "width": "The timescales tau_gen and tau_mem / N against the width W, with the fitted laws and the paper's 1/W.",
     "phase": "Which cells memorize, generalize or still learn, against training time.",
     "loss_gap": "Train and test denoising loss at a fixed diffusion time, tau_gap marked.",
+    "pairs": "Split pairs: the bias ln(d_other / d_own) (0: no preference), the distance between the two models' "
+             "samples from the same noise and the fraction of samples nearer their own train set (0.5: no "
+             "preference) against the step; tau_bias, tau_gen and tau_mem marked on each pair's bias curve.",
     "gallery": "Generated samples (top rows) above their nearest training images, copies framed in red, before "
                "tau_gen, inside the window and after tau_mem.",
 }
@@ -206,6 +212,76 @@ def figures_section(title: str, entries: Sequence[dict[str, Any]], figures_dir: 
     return lines
 
 
+def _bounds(row: dict[str, Any], key: str) -> tuple[float, float] | None:
+    """What a summary.csv timescale says about where it lies (steps): its interval [lo, hi] (the value where an end is
+    missing), [value, inf) for a lower bound, [0, value] for an upper bound; None when empty."""
+    value = row.get(key)
+    if value is None:
+        return None
+    if row.get(f"{key}_censored"):
+        return (value, float("inf")) if row.get(f"{key}_hi") is None else (0.0, value)
+    lo, hi = row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    return (value if lo is None else lo, value if hi is None else hi)
+
+
+def bias_before_mem(pair_row: dict[str, Any], members: Sequence[dict[str, Any]]) -> str:
+    """Whether a pair's tau_bias comes before its members' tau_mem, by their intervals (bounds included): "yes"
+    when tau_bias's upper end is below both members' tau_mem lower ends, "no" when its lower end is above one
+    member's tau_mem upper end, "undecided" otherwise (the intervals overlap); "-" without tau_bias or any tau_mem."""
+    bias = _bounds(pair_row, "tau_bias")
+    mems = [b for m in members if (b := _bounds(m, "tau_mem")) is not None]
+    if bias is None or not mems:
+        return "-"
+    if bias[1] < min(m[0] for m in mems):
+        return "yes"
+    if any(bias[0] > m[1] for m in mems):
+        return "no"
+    return "undecided (intervals overlap)"
+
+
+def pair_groups(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """summary.csv rows of split pairs per pair id (the pair's split-0 run first); {} without pair columns."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("pair"):
+            groups.setdefault(r["pair"], []).append(r)
+    return {k: sorted(v, key=lambda r: r["run"] != k) for k, v in sorted(groups.items())}
+
+
+def pairs_section(rows: Sequence[dict[str, Any]], fit_rows: Sequence[list[str]],
+                  entries: Sequence[dict[str, Any]] | None, figures_dir: Path, link: str) -> list[str]:
+    """The split pairs (summary.csv's pair columns): one row per pair with tau_bias beside both members' tau_gen and
+    tau_mem and :func:`bias_before_mem`, the tau_bias laws (rows of :func:`_fits_made`) and the pairs figure; []
+    when the experiment has no pairs."""
+    groups = pair_groups(rows)
+    if not groups:
+        return []
+    table = []
+    for pair, members in groups.items():
+        a = members[0]
+        b = members[1] if len(members) > 1 else {}
+        table.append([pair, a["n"], a["width"], a["seed"], estimate_text(a, "tau_bias"),
+                      estimate_text(a, "tau_gen"), estimate_text(b, "tau_gen"), estimate_text(a, "tau_mem"),
+                      estimate_text(b, "tau_mem"), bias_before_mem(a, members), a.get("pair_evals", "-")])
+    lines = ["## Split pairs", "",
+             "Two runs of one N, W and seed on disjoint train sets (blocks 0 and 1; the pair is named after its "
+             "block-0 run). tau_bias: the first evaluation from which the bias ln(d_other / d_own) of their samples "
+             "stays above 0, with its bracket; `tau_bias < tau_mem`: whether its interval lies before both members' "
+             "tau_mem (a biased phase without copies). The definitions are in diffmem's docs/split-pairs.md.", ""]
+    lines += _table(["pair", "N", "W", "seed", "tau_bias", "tau_gen (block 0)", "tau_gen (block 1)",
+                     "tau_mem (block 0)", "tau_mem (block 1)", "tau_bias < tau_mem", "paired evaluations"], table)
+    laws = [r for r in fit_rows if r[0].startswith("`tau_bias")]
+    lines += ["", "tau_bias's laws (one point per pair; also under Laws):", ""]
+    lines += (_table(["law", "runs", "x", "exponent [95 %]", "prefactor", "data", "goodness of fit"], laws) if laws
+              else ["none fitted (see below)."])
+    figure = next((e for e in entries or () if e["name"] == "pairs"), None)
+    png = next((f for f in figure["files"] if f.endswith(".png") and (figures_dir / f).is_file()), None) \
+        if figure and not figure.get("skipped") else None
+    lines += ["", f"The measures against the step: ![pairs]({link}/{png})" if png
+              else "The pairs figure was not drawn (see below)."]
+    return lines + [""]
+
+
 def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str], flagged: Sequence[str],
                        fits_json: dict[str, Any], entries: Sequence[dict[str, Any]] | None) -> list[str]:
     """What the analysis could not resolve: censored timescales, runs still training, laws not fitted, fitted laws
@@ -221,6 +297,13 @@ def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str]
                 items.append(f"censored: `{r['run']}` {key} {estimate_text(r, key)} steps ({why})")
             elif r.get(key) is None and key in ("tau_gen", "tau_mem"):
                 items.append(f"not measured: `{r['run']}` {key} (the metric was not recorded or has too few values)")
+        if r.get("pair") == r["run"] and r.get("tau_bias") is None:
+            items.append(f"not measured: pair `{r['run']}` tau_bias (no usable paired evaluation)")
+        elif r.get("pair") == r["run"] and r.get("tau_bias_censored"):
+            why = ("a lower bound: the bias is not established at the last paired evaluation"
+                   if r.get("tau_bias_hi") is None else "an upper bound: established from the first paired "
+                   "evaluation on")
+            items.append(f"censored: pair `{r['run']}` tau_bias {estimate_text(r, 'tau_bias')} steps ({why})")
         if r.get("state") != "done":
             items.append(f"still training: `{r['run']}` ({r.get('state')}, {steps_text(r.get('steps'))} steps so far)")
     items += [f"not fitted: {line}" for line in not_fitted]
@@ -258,6 +341,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     lines += settings_section(records)
     lines += timescales_section(rows)
     lines += laws_section(fits_json, fit_rows)
+    lines += pairs_section(rows, fit_rows, entries, figures_dir, "figures")
     lines += figures_section("Figures", figures, figures_dir, "figures")
     lines += figures_section("Galleries", galleries, figures_dir, "figures")
     lines += unresolved_section(rows, not_fitted, flagged, fits_json, entries)

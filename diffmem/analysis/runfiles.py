@@ -92,11 +92,7 @@ class RunRecord:
 
     def series(self, key: str) -> np.ndarray:
         """The metric ``key`` per evaluation as floats, NaN where null or absent (shape (n_evals,))."""
-        out = []
-        for e in self.evaluations:
-            v = e.get(key)
-            out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan)
-        return np.array(out, dtype=float)
+        return column(self.evaluations, key)
 
     def last_value(self, key: str) -> Any:
         """The last non-null value of ``key`` over the evaluations, or None."""
@@ -104,6 +100,50 @@ class RunRecord:
             if e.get(key) is not None:
                 return e[key]
         return None
+
+
+def column(records: Sequence[dict[str, Any]], key: str) -> np.ndarray:
+    """``key`` of each record as floats, NaN where null, absent or not a number (shape (len(records),))."""
+    out = []
+    for e in records:
+        v = e.get(key)
+        out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan)
+    return np.array(out, dtype=float)
+
+
+@dataclass(frozen=True)
+class PairRecord:
+    """One split pair as read from ``pairs.jsonl`` (:func:`read_pairs`): its id ``pair`` (the split-0 run's name),
+    its two runs, N, W and training seed, and its lines sorted by step, one per step. ``steps`` and ``series`` read
+    like a :class:`RunRecord`'s, so the figures draw a pair's measures (bias, pair_distance, own_fraction, each with
+    ``_lo`` / ``_hi``) with the helpers that draw a run's metrics."""
+
+    pair: str
+    run_a: str
+    run_b: str
+    n: int
+    width: int
+    seed: int
+    lines: tuple[dict[str, Any], ...]
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Paired evaluation steps (optimizer steps), increasing (float array, shape (n_lines,))."""
+        return np.array([float(e["step"]) for e in self.lines], dtype=float)
+
+    def series(self, key: str) -> np.ndarray:
+        """The measure ``key`` per paired evaluation as floats, NaN where null or absent (shape (n_lines,))."""
+        return column(self.lines, key)
+
+
+def pair_records(lines_by_pair: dict[str, list[dict[str, Any]]]) -> dict[str, PairRecord]:
+    """:class:`PairRecord` per pair id from :func:`read_pairs`'s lines (run names, N, W, seed from the first line)."""
+    out = {}
+    for pair, lines in lines_by_pair.items():
+        first = lines[0]
+        out[pair] = PairRecord(pair, str(first.get("run_a", pair)), str(first.get("run_b", "")), int(first["n"]),
+                               int(first["width"]), int(first["seed_train"]), tuple(lines))
+    return out
 
 
 def is_run_folder(path: Path) -> bool:

@@ -16,23 +16,32 @@ Planted curves, for a step s (optimizer steps):
 - losses: a common curve ``0.1 + 0.9 / (1 + s / 100)`` for both until tau_gap; after it the train loss falls by
   ``(tau_gap / s) ** 0.5`` and the test loss rises by ``1 + 0.3 * log10(s / tau_gap)``; each times
   (1 + loss_noise * standard normal).
+- split pairs (:func:`write_synthetic_pairs`): each run gets a twin ``<run>_split1`` with the same planted
+  timescales and other noise, and ``<experiment>/pairs.jsonl`` one line per (pair, evaluation step) with a planted
+  tau_bias: before it the bias is noise (``bias_noise`` times a standard normal clipped to +-2) with an interval of
+  +-3 ``bias_noise`` (holding 0); after it ``bias_max * (1 - tau_bias / s) + 3 * bias_noise`` with the same
+  half width, so the interval's lower end is above 0 from the first evaluation after tau_bias on and the estimator's
+  bracket holds the planted value. own_fraction = 0.5 + 0.5 tanh(bias) +- 0.03; pair_distance = ``distance * (0.5 +
+  0.5 f)`` +- 3 % with f the members' mean recorded f_mem; f_mem_a / f_mem_b are the members' recorded f_mem.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
 from diffmem import __version__
+from diffmem.analysis.runfiles import read_run
 from diffmem.analysis.timescales import binomial_interval
 from diffmem.config import RunConfig
 from diffmem.experiment import run_name
-from diffmem.io import atomic_write_text
-from diffmem.rundir import RunDir
+from diffmem.io import append_jsonl, atomic_write_text
+from diffmem.rundir import PAIRS_FILE, RunDir
 from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
 
 
@@ -178,3 +187,62 @@ def write_synthetic_experiment(root: str | Path, ns: Iterable[int], widths: Iter
                 planted.append(write_synthetic_run(root / name, n=n, width=w, seed=seed, steps=total,
                                                    tau_gen=tau_gen(n, w), tau_mem=tau_mem(n, w), **run_kwargs))
     return planted
+
+
+@dataclass(frozen=True)
+class PlantedPair:
+    """The planted truth of one synthetic split pair: its id (the split-0 run's name), its two runs and tau_bias
+    (optimizer steps; None: the bias is never established)."""
+
+    pair: str
+    run_a: PlantedRun
+    run_b: PlantedRun
+    tau_bias: float | None
+
+
+def write_synthetic_pairs(root: str | Path, planted: Sequence[PlantedRun], *,
+                          tau_bias: Callable[[int, int], float | None], bias_max: float = 1.0,
+                          bias_noise: float = 0.02, distance: float = 6.0, n_samples: int = 1000,
+                          noise_seed: int = 0, **run_kwargs) -> list[PlantedPair]:
+    """Make each of ``planted`` (split-0 runs under ``root``) a split pair: write its twin ``<run>_split1`` (same N,
+    W, seed, steps and planted timescales; ``run_kwargs`` go to :func:`write_synthetic_run` and must repeat those
+    the run was written with, e.g. ``n_evals``) and append one ``pairs.jsonl`` line per evaluation step of the pair
+    with the planted measures of the module docstring. ``tau_bias``: the planted tau_bias as a function of (N, W);
+    ``distance``: the pair distance of two unrelated samples (pixel units)."""
+    root = Path(root)
+    pairs = []
+    for run in planted:
+        record_a = read_run(run.path)
+        twin = write_synthetic_run(root / f"{run.name}_split1", n=run.n, width=run.width, seed=run.seed,
+                                   steps=int(record_a.planned_steps), tau_gen=run.tau_gen, tau_mem=run.tau_mem,
+                                   tau_gap=run.tau_gap, noise_seed=noise_seed + 1, **run_kwargs)
+        record_b = read_run(twin.path)
+        tau = tau_bias(run.n, run.width)
+        f_a = dict(zip(record_a.steps, record_a.series("f_mem")))
+        f_b = dict(zip(record_b.steps, record_b.series("f_mem")))
+        rng = np.random.default_rng([noise_seed, run.n, run.width, run.seed, 7])
+        for s in sorted(set(f_a) & set(f_b)):
+            half = 3 * bias_noise
+            if tau is None or s <= tau:
+                bias = bias_noise * float(np.clip(rng.standard_normal(), -2, 2))
+            else:
+                bias = bias_max * (1 - tau / s) + half
+            own = 0.5 + 0.5 * math.tanh(bias)
+            f = np.nanmean([f_a[s], f_b[s]]) if np.isfinite([f_a[s], f_b[s]]).any() else 0.0
+            d = distance * (0.5 + 0.5 * float(f))
+            append_jsonl(root / PAIRS_FILE, {
+                "pair": run.name, "run_a": run.name, "run_b": twin.name, "split_a": 0, "split_b": 1,
+                "n": run.n, "width": run.width, "seed_train": run.seed, "step": int(s), "n_samples": n_samples,
+                "pair_distance": d, "pair_distance_lo": 0.97 * d, "pair_distance_hi": 1.03 * d,
+                "bias": bias, "bias_lo": bias - half, "bias_hi": bias + half,
+                "own_fraction": own, "own_fraction_lo": max(own - 0.03, 0.0),
+                "own_fraction_hi": min(own + 0.03, 1.0),
+                "f_mem_a": _or_none(f_a[s]), "f_mem_b": _or_none(f_b[s]),
+                "seed": 0, "sampler": "ddim", "sampler_steps": 100, "n_boot": 1000, "wall_s": 0.01,
+            })
+        pairs.append(PlantedPair(run.name, run, twin, tau))
+    return pairs
+
+
+def _or_none(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
