@@ -58,7 +58,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, keep_previous: str | Path 
 
     ``keep_previous``: once ``data`` is safely on disk, the file being replaced is renamed to this path (same folder)
     instead of being deleted, so one older version always survives a damaged newest one. A crash between the two
-    renames leaves only ``keep_previous``; readers fall back to it (see ``diffmem.train.load_resume_state``).
+    renames leaves only ``keep_previous``; readers fall back to it (see ``diffmem.rundir.load_resume_state``).
     Raises :class:`WriteFailed` when the folder cannot be written; ``path`` is then untouched.
     """
     path = Path(path)

@@ -7,7 +7,7 @@ preemption) and SIGINT save ``state.pt`` and return with status "interrupted".
 
 Crash safety: a process holds the run's :class:`~diffmem.rundir.RunLock` while it trains, so a second process on the
 same folder stops with :class:`~diffmem.rundir.RunLocked`. ``state.pt`` is replaced atomically and its previous version
-is kept as ``state.prev.pt``; resume falls back to that one when ``state.pt`` is damaged (:func:`load_resume_state`).
+is kept as ``state.prev.pt``; resume falls back to that one when ``state.pt`` is damaged (:func:`diffmem.rundir.load_resume_state`).
 At each evaluation step the checkpoint is written first, then the state, then the metrics line, and a step that already
 has a metrics line is never evaluated again, so a run killed at any moment and rerun ends with every evaluation step in
 ``metrics.jsonl`` exactly once and with the weights of an uninterrupted run. A NaN / inf loss or weight stops the run
@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
-import pickle
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -34,39 +30,26 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-import diffmem
-from diffmem.config import (RECORDED_KEYS, ConfigError, RunConfig, continuation_diff, keep_recorded_keys,
-                             legacy_keys, upgrade_stored_config)
+from diffmem.config import RunConfig
 from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.evaluate import CheckpointDamaged, Evaluator, load_checkpoint, reference_set_size
 from diffmem.metrics.fid import resolve_extractor
-from diffmem.io import atomic_torch_save, atomic_write_json, atomic_write_text
+from diffmem.io import atomic_torch_save, atomic_write_text
 from diffmem.acceleration import autocast, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
 from diffmem.refine import refine_brackets, stop_reason
 from diffmem.schedule import evaluation_steps, kept_steps
-from diffmem.rundir import RESTORE, RETRAIN_PREFIX, ConfigFileError, RunDir, RunLock, require_folder
-
-
-class RunConfigMismatch(ConfigError):
-    """A run folder already holds a run with a different configuration."""
+from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, check_same_config,
+                            continue_as_recorded, extend_budget, extends_budget, load_resume_state, prepare_run_folder,
+                            require_folder)
 
 
 class TrainingDiverged(RuntimeError):
     """The training loss (or a weight) became NaN or infinite."""
 
 
-class StateDamaged(RuntimeError):
-    """No readable training state to resume from although the run folder holds a started run."""
-
-
-class UnsafeState(StateDamaged):
-    """A training state file holds objects that only an unrestricted unpickler would build (it could run code)."""
-
-STATE_KEYS = ("step", "model", "optimizer", "batcher", "rng")
-START_AGAIN = "move the run folder aside (it keeps its checkpoints and metrics) and rerun to train again from step 0"
 LOSS_CHECK_EVERY = 100  # optimizer steps between two checks of the training loss for NaN / inf
 
 
@@ -147,17 +130,6 @@ def _set_rng_state(state: dict[str, Any], generator: torch.Generator, device: to
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _git_sha() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(diffmem.__file__).parent, capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() or None
-
-
 @contextlib.contextmanager
 def _stop_on_signals(flag: list[str]):
     """While active, SIGTERM / SIGUSR2 / SIGINT record their name in ``flag`` instead of killing the process."""
@@ -177,82 +149,6 @@ def _stop_on_signals(flag: list[str]):
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-
-
-def check_same_config(cfg: RunConfig, run: RunDir, dataset_sha256: str | None = None) -> bool:
-    """False for a new run folder; True when its config.json holds ``cfg`` (and the same dataset, when given);
-    otherwise RunConfigMismatch listing the differing keys. A config.json that cannot be read is a one-line
-    ConfigFileError (:func:`diffmem.rundir.read_config`)."""
-    stored = run.read_config()
-    if stored is None:
-        held = [p.name for p in (run.state_path, run.state_prev_path, run.metrics_path, run.done_path,
-                                 run.checkpoint_dir) if p.exists()]
-        if held:
-            raise ConfigFileError(f"{run.config_path} is missing, but {run.path} holds a run ({', '.join(held)}); "
-                                  f"{RESTORE}")
-        return False
-    old = upgrade_stored_config(stored.raw)
-    diffs = continuation_diff(stored.raw, cfg)
-    if dataset_sha256 is not None and stored.meta.get("dataset_sha256") != dataset_sha256:
-        diffs.append(f"dataset sha256: {stored.meta.get('dataset_sha256')} -> {dataset_sha256}")
-    if diffs:
-        flags = [f"--set {k}={json.dumps(_get(old, k))}" for k in legacy_keys(stored.raw)
-                 if any(d.startswith(k + ":") for d in diffs)]
-        hint = ("use another --out folder or the same config" if not flags else
-                "the folder was written by an older diffmem; to continue it as it was trained add " + " ".join(flags))
-        raise RunConfigMismatch(f"{run.path} holds a run with a different config ({'; '.join(diffs)}); {hint}")
-    return True
-
-
-def continue_as_recorded(cfg: RunConfig, run: RunDir, log: Callable[[str], None]) -> RunConfig:
-    """``cfg`` as the run folder ``run`` continues it: the keys a folder keeps (``diffmem.config.RECORDED_KEYS``,
-    the init of its step-0 weights) set to its config.json's values, with a log line for each one the command asked
-    otherwise; ``cfg`` itself for a new folder."""
-    stored = run.read_config()
-    if stored is None:
-        return cfg
-    kept = keep_recorded_keys(stored.raw, cfg)
-    recorded, asked = kept.to_dict(), cfg.to_dict()
-    for key in sorted(RECORDED_KEYS):
-        if _get(recorded, key) != _get(asked, key):
-            log(f"{run.path}: keeps {key} = {json.dumps(_get(recorded, key))}, with which it started (the command's "
-                f"{json.dumps(_get(asked, key))} applies to new run folders)")
-    return kept
-
-
-def _get(config: dict[str, Any], key: str) -> Any:
-    section, name = key.split(".")
-    return config[section][name]
-
-
-def stored_steps(run: RunDir) -> int | None:
-    """train.steps of the config.json of ``run`` (None for a new folder)."""
-    stored = run.read_config()
-    return None if stored is None else stored.config.train.steps
-
-
-def extends_budget(cfg: RunConfig, run: RunDir) -> bool:
-    """True when ``cfg`` gives the run folder a larger train.steps than it was started with (the rest being equal:
-    check_same_config)."""
-    old = stored_steps(run)
-    return old is not None and cfg.train.steps > old
-
-
-def extend_budget(cfg: RunConfig, run: RunDir, log: Callable[[str], None]) -> None:
-    """Raise the budget of ``run`` to ``cfg.train.steps``: config.json gets the new config and a line in its
-    ``extended`` history, and a ``done`` file goes, so that training continues from ``state.pt``. The evaluations
-    already recorded stay; the new budget's evaluation steps past the trained step are added. Call it holding the
-    run's lock, once the run's state has been read (a run that cannot continue keeps its folder as it was)."""
-    stored = run.read_config()
-    meta, old = dict(stored.meta), stored.config.train.steps
-    meta["extended"] = meta.get("extended", []) + [{
-        "from_steps": old, "to_steps": cfg.train.steps, "diffmem_version": diffmem.__version__,
-        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
-    config = upgrade_stored_config(stored.raw)
-    meta["config"] = config | {"train": config["train"] | {"steps": cfg.train.steps}}
-    atomic_write_json(run.config_path, meta)
-    run.done_path.unlink(missing_ok=True)
-    log(f"{run.path}: budget raised from {old} to {cfg.train.steps} steps; continuing")
 
 
 def checkpoints_to_rewrite(run: RunDir, steps: list[int]) -> list[int]:
@@ -314,26 +210,6 @@ def rewrite_checkpoints(cfg: RunConfig, run: RunDir, steps: list[int], model: to
             shutil.rmtree(scratch, ignore_errors=True)
     log(f"{run.path}: wrote the checkpoint(s) of step(s) {', '.join(map(str, steps))} again")
     return True
-
-
-def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
-                       device: torch.device) -> None:
-    """Write config.json for a new run, or check that an existing run folder holds the same configuration."""
-    if check_same_config(cfg, run, dataset_sha256):
-        return
-    run.path.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run.config_path, {
-        "config": cfg.to_dict(),
-        "diffmem_version": diffmem.__version__,
-        "git_sha": _git_sha(),
-        "dataset_sha256": dataset_sha256,
-        "dataset": {k: dataset_manifest.get(k) for k in ("source", "count", "size", "root") if k in dataset_manifest},
-        "params": params,
-        "batch_size": cfg.batch_size,
-        "device": str(device),
-        "torch_version": torch.__version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    })
 
 
 def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at_step: int | None = None,
@@ -547,65 +423,3 @@ def _stop_annotation(run: RunDir, record: dict[str, Any], stop_f_mem: float) -> 
     return {"stop": reason} if reason else {}
 
 
-def load_state(path: Path) -> dict[str, Any]:
-    """Read one training state file without executing code from it (``torch.load(weights_only=True)``: tensors,
-    numbers, strings, lists and dicts only, which is all a diffmem state holds).
-
-    A missing, truncated or corrupt file is a one-line StateDamaged naming it; a file that holds anything else (a
-    pickle that would build other objects, e.g. call a function) is a one-line UnsafeState naming it.
-    """
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise StateDamaged(f"{path} does not exist") from None
-    except pickle.UnpicklingError as e:
-        # torch's restricted unpickler names the callable or class a pickle asked for ("... GLOBAL posix.system
-        # ..."); other refusals (unknown opcodes) are plain damage
-        if "GLOBAL" in str(e):
-            raise UnsafeState(f"{path} holds objects that diffmem does not write and will not build (loading it "
-                              "could run code); it was altered or comes from elsewhere: inspect it, then move it "
-                              "away (the run resumes from state.prev.pt), or move the run folder aside and rerun to "
-                              "train again from step 0") from None
-        detail = next((line.strip() for line in str(e).splitlines() if "Unsupported" in line), "not a torch file")
-        raise StateDamaged(f"{path} is damaged (UnpicklingError: {detail})") from None
-    except Exception as e:  # torch raises several types for a damaged zip
-        detail = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else "unreadable"
-        raise StateDamaged(f"{path} is damaged ({type(e).__name__}: {detail})") from None
-    if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
-        raise StateDamaged(f"{path} is not a diffmem training state (expected the keys {', '.join(STATE_KEYS)})")
-    return state
-
-
-def load_resume_state(run: RunDir) -> dict[str, Any] | None:
-    """The training state to resume ``run`` from: ``state.pt``, else (with a warning) ``state.prev.pt``; None for a
-    run that has not started (neither file and no checkpoint).
-
-    Never restarts a started run from step 0 silently: when both files are missing or damaged, or when checkpoints
-    exist without any state, it raises StateDamaged naming the files. On a fallback a damaged ``state.pt`` is renamed
-    to ``state.damaged.pt``, so that the next save does not push the good previous state out. Call it only while
-    holding the run's lock.
-    """
-    problems = []
-    for path in (run.state_path, run.state_prev_path):
-        if not path.exists():
-            problems.append(f"{path} is missing")
-            continue
-        try:
-            state = load_state(path)
-        except UnsafeState:
-            raise  # never hidden behind a fallback
-        except StateDamaged as e:
-            problems.append(str(e))
-            continue
-        if path != run.state_path:
-            if run.state_path.exists():
-                run.state_path.replace(run.path / "state.damaged.pt")
-            warnings.warn(f"{problems[0]}; resuming from the previous state {path} (step {int(state['step'])})")
-        return state
-    if not run.state_path.exists() and not run.state_prev_path.exists():
-        if not run.checkpoint_steps():
-            return None
-        raise StateDamaged(f"{run.path} has checkpoints but neither {run.state_path.name} nor "
-                           f"{run.state_prev_path.name}; restore {run.state_path} from a copy, or {START_AGAIN}")
-    raise StateDamaged(f"cannot resume {run.path}: {'; '.join(problems)}; restore {run.state_path} from a copy, "
-                       f"or {START_AGAIN}")

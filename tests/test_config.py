@@ -8,7 +8,7 @@ import pytest
 from diffmem.config import (ConfigError, RunConfig, config_diff, config_from_dict, continuation_diff,
                             keep_recorded_keys, load_config, parse_override)
 from diffmem.rundir import RunDir
-from diffmem.train import check_same_config
+from diffmem.rundir import check_same_config
 
 
 def write(tmp_path, text):

@@ -11,7 +11,8 @@ from diffmem.rundir import RunDir
 from diffmem.status import experiment_status
 from diffmem.cluster.base import ClusterOptions
 from diffmem.sweep import run_sweep
-from diffmem.train import RunConfigMismatch, train
+from diffmem.rundir import RunConfigMismatch
+from diffmem.train import train
 from tiny_runs import TINY_GRID, tiny_config
 
 QUIET = {"progress": False, "log": lambda s: None}

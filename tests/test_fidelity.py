@@ -22,7 +22,8 @@ from diffmem.diffusion import Diffusion
 from diffmem.metrics.fid import OFFLINE_EXTRACTOR, fid, fid_sets
 from diffmem.model import build_from_config, build_unet, count_parameters, official_parameter_count
 from diffmem.schedule import evaluation_steps, paper_grid
-from diffmem.train import RunConfigMismatch, check_same_config, train
+from diffmem.rundir import RunConfigMismatch, check_same_config
+from diffmem.train import train
 from diffmem.rundir import RunDir
 from tiny_runs import sets, tiny_config
 

@@ -28,7 +28,8 @@ from diffmem.evaluate import CheckpointDamaged, evaluate_run
 from diffmem.io import WriteFailed, atomic_torch_save
 from diffmem.rundir import RunDir, RunLock, RunLocked
 from diffmem.schedule import evaluation_steps
-from diffmem.train import StateDamaged, TrainingDiverged, train
+from diffmem.rundir import StateDamaged
+from diffmem.train import TrainingDiverged, train
 from diffmem.status import run_status
 from tiny_runs import TINY, sets, tiny_config
 
