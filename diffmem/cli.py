@@ -261,10 +261,10 @@ def cmd_pairs(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from diffmem.analysis.scaling import analyze
+    from diffmem.results import write_results
 
-    summary = analyze(args.experiment_dir, figures=not args.no_figures, out_dir=args.out,
-                      n_samples=args.n_samples)
+    summary = write_results(args.experiment_dir, figures=not args.no_figures, out_dir=args.out,
+                            n_samples=args.n_samples)
     print(summary.format())
     return 0
 

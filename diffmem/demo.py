@@ -34,7 +34,7 @@ from typing import Sequence
 
 from diffmem.analysis.advise import Advice, advise, advise_measured
 from diffmem.analysis.powerlaw import PowerLawFit
-from diffmem.analysis.scaling import RunSummary, Summary, analyze
+from diffmem.analysis.scaling import RunSummary, Summary
 from diffmem.analysis.timescales import Estimate
 from diffmem.cluster.base import ClusterOptions
 from diffmem.cluster.executors import local_job_threads
@@ -44,6 +44,7 @@ from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.io import atomic_write_text
 from diffmem.metrics.fid import metric_label
 from diffmem.outcomes import INTERRUPTED, SUCCEEDED
+from diffmem.results import write_results
 from diffmem.rundir import RunDir
 from diffmem.sweep import job_config, run_sweep
 from diffmem.train import train
@@ -188,7 +189,7 @@ def run_demo(base: RunConfig, sweep: SweepConfig, out: str | Path, *, quick: boo
         for r in failed:
             print(f"diffmem demo: {r.name} {r.status}" + (f": {r.error}" if r.error else ""))
         return 130 if all(r.status == INTERRUPTED for r in failed) else 1
-    summary = analyze(out)
+    summary = write_results(out)
     largest = max(runs, key=lambda r: r.cfg.data.n)
     n, width = largest.cfg.data.n, largest.cfg.model.width
     row = next(r for r in summary.runs if r.run == largest.name)

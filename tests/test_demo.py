@@ -88,7 +88,7 @@ def test_quick_demo_survives_ctrl_c_then_runs_end_to_end_and_resumes(tmp_path, c
 def test_the_report_names_no_machine_path_and_prints_whole_steps(tmp_path):
     # planted laws with an open window at N = 1024 (tau_gen 1e5 flat, tau_mem = 300 N 32 / W)
     write_synthetic_experiment(tmp_path, [256, 512, 1024], widths=(32,), steps=2_000_000)
-    summary = analyze(tmp_path, figures=False)
+    summary = analyze(tmp_path)
     advice = advise(1024, 32, tmp_path / "fits.json")
     assert str(tmp_path) in advice.laws  # advise names its source; the demo's report must not
     step = round(advice.stop_step)

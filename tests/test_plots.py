@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from diffmem import plots
 from diffmem.figure_checks import INTERVAL_GID, figure_problems
 from diffmem.analysis import analyze
+from diffmem.results import write_results
 from diffmem.analysis.runfiles import read_csv
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_pairs, write_synthetic_run
 
@@ -24,7 +25,7 @@ def experiment(tmp_path_factory):
     write_synthetic_experiment(root, [128, 512, 2048], widths=[8, 32], steps=1_000_000, n_evals=24)
     write_synthetic_run(root / "n04096_w32_s0", n=4096, width=32, steps=200_000, tau_gen=1e5, tau_mem=None,
                         n_evals=20)
-    return root, analyze(root)
+    return root, write_results(root)
 
 
 @pytest.mark.e2e
@@ -46,7 +47,7 @@ def test_every_figure_is_written_as_png_and_pdf(experiment):
 def test_figures_without_data_are_skipped_with_a_reason(tmp_path):
     write_synthetic_experiment(tmp_path, [64, 256], widths=[16], steps=50_000, n_evals=12, record_fid=False,
                                record_losses=False, tau_gen=lambda n, w: 2e3, tau_mem=lambda n, w: 30.0 * n)
-    analyze(tmp_path, figures=False)
+    analyze(tmp_path)
     data = plots.load_experiment_files(tmp_path)
     out = tmp_path / "figures"
     out.mkdir()
@@ -117,7 +118,7 @@ def n_sweep(tmp_path_factory):
     write_synthetic_experiment(root, [16, 32, 64, 128], widths=[8], seeds=[0, 1, 2], n_evals=24,
                                steps=lambda n, w: max(5000, 250 * n), tau_gen=lambda n, w: 700 * (n / 16) ** -0.15,
                                tau_mem=lambda n, w: 80.0 * n, fid_extractor="diffmem-pixels")
-    return root, analyze(root)
+    return root, write_results(root)
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,7 @@ def width_sweep(tmp_path_factory):
     write_synthetic_experiment(root, [32], widths=[8, 16, 32], n_evals=23, steps=8000,
                                fid_extractor="diffmem-randconv-v1",
                                tau_gen=lambda n, w: 1600.0 * 8 / w, tau_mem=lambda n, w: 1800.0 * (8 / w) ** 0.3)
-    return root, analyze(root)
+    return root, write_results(root)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,7 @@ def pair_experiment(tmp_path_factory):
                                          steps=lambda n, w: max(5000, 300 * n), tau_gen=lambda n, w: 700.0,
                                          tau_mem=lambda n, w: 80.0 * n)
     pairs = write_synthetic_pairs(root, planted, tau_bias=lambda n, w: None if n == 256 else 20.0 * n, n_evals=24)
-    return root, analyze(root), pairs
+    return root, write_results(root), pairs
 
 
 @pytest.mark.e2e
@@ -288,7 +289,7 @@ def gallery_experiment(tmp_path_factory):
     write_synthetic_run(root / "n01024_w08_s0", n=1024, width=8, steps=50_000, tau_gen=2000.0, tau_mem=None,
                         n_evals=20, sample_grids=True)
     shutil.rmtree(root / "n00256_w08_s0" / "samples")
-    return root, analyze(root)
+    return root, write_results(root)
 
 
 def _red_frames(image: np.ndarray, size: int) -> int:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from diffmem.analysis import analyze
+from diffmem.results import write_results
 from diffmem.analysis.powerlaw import load_fits
 from diffmem.analysis.report import estimate_text, report_text, steps_text, write_report
 from diffmem.analysis.runfiles import read_csv, read_figure_index
@@ -23,7 +23,7 @@ def experiment(tmp_path_factory):
                                tau_gen=lambda n, w: 1500.0, tau_mem=lambda n, w: 100.0 * n)
     write_synthetic_run(root / "n02048_w08_s0", n=2048, width=8, steps=100_000, tau_gen=1500.0, tau_mem=None,
                         n_evals=16)
-    summary = analyze(root)
+    summary = write_results(root)
     return root, summary, (root / "report.md").read_text()
 
 
@@ -114,7 +114,7 @@ def test_a_missing_figure_is_not_linked_and_no_figures_is_said(experiment, tmp_p
     plain = tmp_path / "plain"
     write_synthetic_experiment(plain, [64, 256], widths=[8], steps=20_000, n_evals=12,
                                tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 20.0 * n)
-    analyze(plain, figures=False)
+    write_results(plain, figures=False)
     page = (plain / "report.md").read_text()
     assert "figures: none drawn" in page and "](figures/" not in page
     assert write_report(plain) == plain / "report.md"
@@ -125,7 +125,7 @@ def test_a_law_whose_goodness_of_fit_fails_is_listed_as_unresolved(tmp_path):
     run's interval, and the report lists the flags of that law with the cells whose removal lets one pass."""
     write_synthetic_experiment(tmp_path, [16, 32, 64, 128], widths=[8], steps=40_000, n_evals=40,
                                tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 80.0 * max(n, 32))
-    analyze(tmp_path, figures=False)
+    write_results(tmp_path, figures=False)
     gof = load_fits(tmp_path)["tau_mem_vs_n"].pooled.gof
     assert gof.line_through_intervals is False
     text = (tmp_path / "report.md").read_text()
@@ -146,7 +146,7 @@ def pair_experiment(tmp_path_factory):
     planted = write_synthetic_experiment(root, [32, 128, 512], widths=[8], steps=100_000, n_evals=20,
                                          tau_gen=lambda n, w: 1500.0, tau_mem=lambda n, w: 100.0 * n)
     pairs = write_synthetic_pairs(root, planted, tau_bias=lambda n, w: None if n == 512 else 20.0 * n, n_evals=20)
-    analyze(root)
+    write_results(root)
     return root, pairs, (root / "report.md").read_text()
 
 

@@ -25,7 +25,7 @@ def planted(tmp_path_factory):
     """W = 32, five N, three seeds: tau_mem = 300 N, tau_gen = 1e5 (the paper's laws), 2M steps."""
     root = tmp_path_factory.mktemp("planted")
     runs = write_synthetic_experiment(root, NS, widths=[32], seeds=[0, 1, 2])
-    return root, runs, analyze(root, figures=False)
+    return root, runs, analyze(root)
 
 
 # --- fits -----------------------------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def test_load_fits_round_trip(planted):
 def test_censored_runs_are_listed_and_left_out(tmp_path):
     write_synthetic_experiment(tmp_path, [128, 256, 512], seeds=[0],
                                tau_mem=lambda n, w: None if n == 512 else 300.0 * n, steps=400_000)
-    summary = analyze(tmp_path, figures=False)
+    summary = analyze(tmp_path)
     by_run = {r.run: r for r in summary.runs}
     censored = by_run["n00512_w32_s0"].tau_mem
     assert censored.censored and censored.hi is None and censored.value == 400_000
@@ -124,7 +124,7 @@ def test_censored_runs_are_listed_and_left_out(tmp_path):
 def test_single_run_folder(tmp_path):
     run = write_synthetic_run(tmp_path / "n00128_w08_s0", n=128, width=8, steps=100_000, tau_gen=1e4,
                               tau_mem=2e4)
-    summary = analyze(run.path, figures=False)
+    summary = analyze(run.path)
     assert len(summary.runs) == 1 and (run.path / "summary.csv").is_file() and (run.path / "fits.json").is_file()
     assert summary.runs[0].tau_mem.measured
     for name in FIT_NAMES:
@@ -138,7 +138,7 @@ def test_missing_fid_partial_runs_and_truncated_lines(tmp_path):
     write_synthetic_run(tmp_path / "n00256_w32_s0", n=256, width=32, steps=200_000, tau_gen=1e4, tau_mem=8e4,
                         stop_after=25, truncate_last_line=True)
     with pytest.warns(UserWarning, match="truncated"):
-        summary = analyze(tmp_path, figures=False)
+        summary = analyze(tmp_path)
     with pytest.warns(UserWarning, match="truncated"):
         record = read_run(tmp_path / "n00256_w32_s0")
     no_fid, partial = summary.runs
@@ -153,14 +153,14 @@ def test_missing_fid_partial_runs_and_truncated_lines(tmp_path):
 
 def test_not_an_experiment_folder(tmp_path):
     with pytest.raises(RunFolderError, match="no run folder"):
-        analyze(tmp_path, figures=False)
+        analyze(tmp_path)
     with pytest.raises(RunFolderError, match="does not exist"):
-        analyze(tmp_path / "missing", figures=False)
+        analyze(tmp_path / "missing")
     bad = tmp_path / "run"
     bad.mkdir()
     (bad / "config.json").write_text("{not json")
     with pytest.raises(RunFolderError, match="not valid JSON"):
-        analyze(tmp_path, figures=False)
+        analyze(tmp_path)
 
 
 # --- advice ---------------------------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_summary_reports_the_quality_noise_against_its_fall(tmp_path):
     # a planted plateau at 1e4 with 2% noise on FID 30 (sigma 0.6), never memorizing, 80 evaluations up to 1e6
     write_synthetic_run(tmp_path / "n00128_w32_s0", n=128, width=32, steps=1_000_000, tau_gen=1e4, tau_mem=None,
                         n_evals=80, fid_noise=0.02)
-    (run,) = analyze(tmp_path, figures=False).runs
+    (run,) = analyze(tmp_path).runs
     assert run.tau_gen.noise == pytest.approx(0.6, rel=0.4)
     assert run.fid_first == pytest.approx(30 * (1 + 5 * 4), rel=0.1)  # first evaluation at step 1: 4 decades early
     assert run.fid_noise_to_fall == pytest.approx(run.tau_gen.noise / (run.fid_first - run.min_fid))
@@ -255,7 +255,7 @@ def test_seeds_are_one_cell_with_their_mean_and_spread(planted):
 def test_level_crossings_and_the_joint_law_in_the_files(tmp_path):
     """Two widths: the level-crossing columns and laws, the joint law tau ~ N^a W^b, and the advice's levels."""
     write_synthetic_experiment(tmp_path, [128, 256, 512], widths=[16, 32], seeds=[0])
-    summary = analyze(tmp_path, figures=False)
+    summary = analyze(tmp_path)
     rows = read_csv(tmp_path / "summary.csv")
     assert all(r["tau_mem_at_0.01"] is not None and r["tau_mem_at_0.01_lo"] <= r["tau_mem_at_0.01"] for r in rows)
     assert "tau_mem_at_0.1_vs_n" in summary.fits and "tau_mem_at_0.01_vs_width" in summary.fits
@@ -286,6 +286,6 @@ def test_run_cost_counts_every_evaluation_line_and_the_cumulative_training_time(
     cost = read_run(run).cost
     assert cost == RunCost(train_s=10.0 * len(lines), eval_s=2.0 * len(lines) + 7.5)
     assert cost.total_s == cost.train_s + cost.eval_s
-    analyze(tmp_path / "exp", figures=False)
+    analyze(tmp_path / "exp")
     (row,) = read_csv(tmp_path / "exp" / "summary.csv")
     assert (row["train_s"], row["eval_s"]) == (10.0 * len(lines), 2.0 * len(lines) + 7.5)

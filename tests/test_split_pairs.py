@@ -299,7 +299,7 @@ def test_analyze_reads_tau_bias_per_pair_and_fits_its_law(tmp_path):
     for line in planted_pair_lines("n00064_w32_s0", 64, 32, 0, 1280.0, grid):  # a pair whose runs were moved out
         append_jsonl(exp / PAIRS_FILE, line)
     with pytest.warns(UserWarning, match="pair n00064_w32_s0: its runs .* are not both in"):
-        summary = analyze(exp, figures=False)
+        summary = analyze(exp)
     assert len(summary.pairs) == len(planted)
     for p in summary.pairs:
         est = p.tau_bias

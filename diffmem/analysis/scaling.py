@@ -27,7 +27,6 @@ from diffmem import __version__
 from diffmem.analysis import timescales
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
-from diffmem.analysis.report import write_report
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
                                        write_json)
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS
@@ -447,10 +446,10 @@ class Summary:
     fits: dict[str, FitSet]
     summary_csv: Path
     fits_json: Path
-    figures: tuple[Any, ...] = ()  # diffmem.plots.FigureResult per figure (written or skipped with a reason)
+    figures: tuple[Any, ...] = ()  # diffmem.plots.FigureResult per figure (written or skipped): write_results
     joint: dict[str, JointLawFit] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
-    report: Path | None = None  # report.md (diffmem.analysis.report)
+    report: Path | None = None  # report.md (diffmem.analysis.report), written by write_results
     pairs: tuple[PairSummary, ...] = ()  # split pairs (pairs.jsonl), with tau_bias
 
     def format(self) -> str:
@@ -505,13 +504,13 @@ def only_n_samples(record: RunRecord, n_samples: int) -> RunRecord:
     return dataclasses.replace(record, evaluations=kept)
 
 
-def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | Path | None = None,
+def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
             n_samples: int | None = None) -> Summary:
-    """Read every run folder of ``experiment_dir`` (or the run folder itself), write summary.csv and fits.json
-    into ``out_dir`` (default: ``experiment_dir``; atomically) and, with ``figures`` and no other ``out_dir``, the
-    figures into ``experiment_dir/figures`` (see diffmem.plots), then the report page ``report.md`` next to
-    summary.csv (diffmem.analysis.report). ``n_samples``: use only the evaluations that drew
-    that many samples (to compare sample counts; write those files elsewhere with ``out_dir``).
+    """Read every run folder of ``experiment_dir`` (or the run folder itself) and write summary.csv and fits.json
+    into ``out_dir`` (default: ``experiment_dir``; atomically). It computes and draws nothing: the figures and the
+    report page come after it, from these files (:func:`diffmem.results.write_results`, `diffmem analyze`).
+    ``n_samples``: use only the evaluations that drew that many samples (to compare sample counts; write those files
+    elsewhere with ``out_dir``).
 
     Split pairs: ``experiment_dir/pairs.jsonl`` (`diffmem pairs`), when present, adds each pair's tau_bias to its
     members' rows and tau_bias's laws to fits.json (``n_samples`` keeps only its lines with that many samples).
@@ -558,10 +557,4 @@ def analyze(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | 
         **{name: fs.to_dict() for name, fs in fits.items()},
         **{name: fit.to_dict() for name, fit in joint.items()},
     })
-    figure_results: tuple[Any, ...] = ()
-    if figures and target == experiment_dir:
-        from diffmem import plots  # plots reads the files just written; imported here to keep analysis light
-
-        figure_results = tuple(plots.make_figures(experiment_dir))
-    report = write_report(experiment_dir, target)
-    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, figure_results, joint, notes, report, pairs)
+    return Summary(experiment_dir, runs, fits, summary_csv, fits_json, (), joint, notes, None, pairs)
