@@ -167,6 +167,21 @@ def _log_between(a: float, b: float, u: float) -> float:
     return float(a * (b / a) ** u)
 
 
+def bound_at_an_end(steps: Sequence[float], first: int | None, rule: str, *, never: str, already: str
+                    ) -> Estimate | None:
+    """The censored estimate of an event whose first evaluation is ``first`` (an index into ``steps``, optimizer
+    steps ascending; None: it never happened): a lower bound at the last step when it never happened (``never``
+    says so), an upper bound at the first step when it had already happened there (``already``); None when it
+    happened in between, where the caller measures it."""
+    if first is None:
+        last = float(steps[-1])
+        return Estimate(last, last, None, True, f"{never} (lower bound); {rule}")
+    if first == 0:
+        step = float(steps[0])
+        return Estimate(step, None, step, True, f"{already} (upper bound); {rule}")
+    return None
+
+
 def first_crossing_down(steps: np.ndarray, y: np.ndarray, level: float) -> float | None:
     """Step at which ``y`` (linear in log time between evaluations) first falls to ``level``; None if never."""
     below = np.flatnonzero(y <= level)
@@ -239,13 +254,11 @@ def tau_mem(steps: Sequence[float], f_mem: Sequence[float | None], lo: Sequence[
     rule = (f"first evaluation with f_mem_lo > {floor:g} ({source}); log-time midpoint with the last evaluation "
             f"with f_mem_hi <= {floor:g} before it")
     memorized = np.flatnonzero(f_lo > floor)
-    if memorized.size == 0:
-        last = float(s[-1])
-        return Estimate(last, last, None, True, f"never memorized by the last evaluation (lower bound); {rule}")
-    b = int(memorized[0])
-    if b == 0:
-        first = float(s[0])
-        return Estimate(first, None, first, True, f"memorized already at the first evaluation (upper bound); {rule}")
+    b = int(memorized[0]) if memorized.size else None
+    bound = bound_at_an_end(s, b, rule, never="never memorized by the last evaluation",
+                            already="memorized already at the first evaluation")
+    if bound is not None:
+        return bound
     clean = np.flatnonzero(f_hi[:b] <= floor)
     if clean.size:
         c, lower = int(clean[-1]), float(s[clean[-1]])
@@ -275,14 +288,11 @@ def tau_mem_level(steps: Sequence[float], f_mem: Sequence[float | None], lo: Seq
     rule = (f"first log-time crossing of f_mem = {level:g}; interval from the last evaluation before f_mem_hi first "
             f"reaches {level:g} to the first with f_mem_lo >= {level:g} ({source})")
     reached = np.flatnonzero(f >= level)
-    if reached.size == 0:
-        last = float(s[-1])
-        return Estimate(last, last, None, True, f"f_mem below {level:g} at every evaluation (lower bound); {rule}")
-    i = int(reached[0])
-    if i == 0:
-        first = float(s[0])
-        return Estimate(first, None, first, True, f"f_mem >= {level:g} already at the first evaluation (upper bound); "
-                                                  f"{rule}")
+    i = int(reached[0]) if reached.size else None
+    bound = bound_at_an_end(s, i, rule, never=f"f_mem below {level:g} at every evaluation",
+                            already=f"f_mem >= {level:g} already at the first evaluation")
+    if bound is not None:
+        return bound
     u = (level - f[i - 1]) / (f[i] - f[i - 1])
     value = _log_between(float(s[i - 1]), float(s[i]), u)
     j = int(np.flatnonzero(f_hi >= level)[0])  # f_hi >= f, so it reaches the level at i or before
@@ -439,13 +449,11 @@ def tau_gap(steps: Sequence[float], train_loss: Sequence[float | None], test_los
     persistent = is_open.copy()
     persistent[:-1] &= is_open[1:]
     hits = np.flatnonzero(persistent)
-    if hits.size == 0:
-        last = float(s[-1])
-        return Estimate(last, last, None, True, f"gap never opened by the last evaluation (lower bound); {rule}")
-    g = int(hits[0])
-    if g == 0:
-        first = float(s[0])
-        return Estimate(first, None, first, True, f"gap open already at the first evaluation (upper bound); {rule}")
+    g = int(hits[0]) if hits.size else None
+    bound = bound_at_an_end(s, g, rule, never="gap never opened by the last evaluation",
+                            already="gap open already at the first evaluation")
+    if bound is not None:
+        return bound
     e0, e1 = float(excess[g - 1]), float(excess[g])
     u = -e0 / (e1 - e0) if e0 < 0 else 0.0
     value = _log_between(float(s[g - 1]), float(s[g]), u)
@@ -470,14 +478,11 @@ def tau_bias(steps: Sequence[float], bias_lo: Sequence[float | None]) -> Estimat
     rule = ("first evaluation from which bias_lo > 0 at it and at every later evaluation; tau_bias = log-time "
             "midpoint of it and the evaluation before, interval = those two steps")
     not_above = np.flatnonzero(lo <= 0)
-    if not_above.size and not_above[-1] == s.size - 1:
-        last = float(s[-1])
-        return Estimate(last, last, None, True, f"bias not established at the last evaluation (lower bound); {rule}")
-    b = int(not_above[-1]) + 1 if not_above.size else 0
-    if b == 0:
-        first = float(s[0])
-        return Estimate(first, None, first, True, f"bias established from the first evaluation on (upper bound); "
-                                                  f"{rule}")
+    b = int(not_above[-1]) + 1 if not_above.size else 0  # the first evaluation of the final run above 0
+    bound = bound_at_an_end(s, b if b < s.size else None, rule, never="bias not established at the last evaluation",
+                            already="bias established from the first evaluation on")
+    if bound is not None:
+        return bound
     value = _log_between(float(s[b - 1]), float(s[b]), 0.5)
     return Estimate(value, float(s[b - 1]), float(s[b]), False, rule)
 

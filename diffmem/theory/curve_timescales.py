@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from diffmem.analysis import timescales
-from diffmem.analysis.timescales import Estimate, first_crossing_down
+from diffmem.analysis.timescales import Estimate, bound_at_an_end, first_crossing_down
 
 
 def gap_rise_time(taus: np.ndarray, train_loss: np.ndarray, test_loss: np.ndarray, gap_at_infinity: float,
@@ -29,13 +29,10 @@ def gap_rise_time(taus: np.ndarray, train_loss: np.ndarray, test_loss: np.ndarra
     if not gap_at_infinity > 0:
         return Estimate(None, None, None, False, f"L_gen(inf) = {gap_at_infinity:.3g} <= 0: no memorization")
     above = np.flatnonzero(gap >= level)
-    if above.size == 0:
-        last = float(taus[-1])
-        return Estimate(last, last, None, True, f"not reached by the last time (lower bound); {rule}")
-    i = int(above[0])
-    if i == 0:
-        first = float(taus[0])
-        return Estimate(first, None, first, True, f"reached at the first time (upper bound); {rule}")
+    i = int(above[0]) if above.size else None
+    bound = bound_at_an_end(taus, i, rule, never="not reached by the last time", already="reached at the first time")
+    if bound is not None:
+        return bound
     value = first_crossing_down(np.asarray(taus, dtype=float), -gap, -level)  # the same log-time interpolation
     return Estimate(value, float(taus[i - 1]), float(taus[i]), False, rule)
 
