@@ -671,6 +671,35 @@ def _group_fit(data: ExperimentFiles, name: str, key: str) -> PowerLawFit | None
     return data.fits[name].groups.get(key)
 
 
+def _band_entry() -> Line2D:
+    """The legend entry that explains a fitted law's band and the runs' bars."""
+    return Line2D([], [], color="0.5", lw=5, alpha=0.3, label="band: 95 % interval of the fitted law; bars: of each run")
+
+
+def _finish_law_panel(ax, handles: list, rows: Sequence[dict[str, Any]], key: str, xlabel: str, ylabel: str,
+                      ys: Sequence[float | None], factor: float) -> None:
+    """The end of a panel of a timescale (summary.csv column ``key``) against N or W, shared by the scaling and width
+    figures: a legend entry for censored lower bounds among ``rows``, log axes, the labels, the y range fitted to
+    ``ys`` (:func:`_limit_to_points`) and the legend below the panel."""
+    if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in rows if r[key] is not None):
+        handles.append(Line2D([], [], color="0.3", marker="^", mfc="none", ls="none", label="censored (lower bound)"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    _limit_to_points(ax, ys, factor=factor)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
+
+
+def _save_law_figure(fig: Figure, axes: Sequence[Any], xs: Sequence[float], out_dir: Path, name: str) -> FigureResult:
+    """Readable log ticks (x at ``xs``, the grid's N or W) on every panel once the layout is drawn, then save."""
+    fig.canvas.draw()
+    for ax in axes:
+        readable_log_axis(ax.xaxis, xs)
+        readable_log_axis(ax.yaxis)
+    return save_figure(fig, out_dir, name)
+
+
 PAPER_EXPONENT_N = {"tau_mem": 1.0, "tau_gen": 0.0}
 """The paper's laws against N: tau_mem ~ N (also each level crossing), tau_gen independent of N."""
 
@@ -715,25 +744,13 @@ def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                                    f"paper: slope {exponent:g} (through the points' centroid)")
         handles += [reference] if reference else []
         if any(h.get_label().startswith("W=") and "[" in h.get_label() for h in handles):
-            handles.append(Line2D([], [], color="0.5", lw=5, alpha=0.3,
-                                  label="band: 95 % interval of the fitted law; bars: of each run"))
+            handles.append(_band_entry())
         if seeded and any(r.get(f"{key}_seed_gmean") is not None for r in rows_used):
             handles.append(Line2D([], [], color="0.3", marker="D", mec="black", ls="none",
                                   label="mean over seeds (faint: each seed)"))
-        if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in rows_used if r[key] is not None):
-            handles.append(Line2D([], [], color="0.3", marker="^", mfc="none", ls="none",
-                                  label="censored (lower bound)"))
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(r"training set size $N$ (images)")
-        ax.set_ylabel(label)
-        _limit_to_points(ax, [v for r in rows_used for v in (r[key], r.get(f"{key}_lo"), r.get(f"{key}_hi"))])
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
-    fig.canvas.draw()
-    for ax in axes:
-        readable_log_axis(ax.xaxis, ns)
-        readable_log_axis(ax.yaxis)
-    return save_figure(fig, out_dir, "scaling")
+        _finish_law_panel(ax, handles, rows_used, key, r"training set size $N$ (images)", label,
+                          [v for r in rows_used for v in (r[key], r.get(f"{key}_lo"), r.get(f"{key}_hi"))], 2.5)
+    return _save_law_figure(fig, axes, ns, out_dir, "scaling")
 
 
 # --- 4. width -------------------------------------------------------------------------------------------------------
@@ -777,25 +794,12 @@ def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         if text:
             handles.append(Line2D([], [], color="0.2", label=text + (" (all N)" if len(data.ns) > 1 else "")))
         if any("[" in h.get_label() for h in handles):
-            handles.append(Line2D([], [], color="0.5", lw=5, alpha=0.3,
-                                  label="band: 95 % interval of the fitted law; bars: of each run"))
+            handles.append(_band_entry())
         reference = draw_reference(ax, xs, ys, PAPER_EXPONENT_W[key],
                                    r"paper: $\propto 1/W$ (through the points' centroid)")
         handles += [reference] if reference else []
-        if any(r.get(f"{key}_censored") and r.get(f"{key}_hi") is None for r in data.rows if r[key] is not None):
-            handles.append(Line2D([], [], color="0.3", marker="^", mfc="none", ls="none",
-                                  label="censored (lower bound)"))
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("base width $W$ (channels)")
-        ax.set_ylabel(label)
-        _limit_to_points(ax, all_ys, factor=1.6)
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
-    fig.canvas.draw()
-    for ax in axes:
-        readable_log_axis(ax.xaxis, data.widths)
-        readable_log_axis(ax.yaxis)
-    return save_figure(fig, out_dir, "width")
+        _finish_law_panel(ax, handles, data.rows, key, "base width $W$ (channels)", label, all_ys, 1.6)
+    return _save_law_figure(fig, axes, data.widths, out_dir, "width")
 
 
 # --- 5. phase -------------------------------------------------------------------------------------------------------
