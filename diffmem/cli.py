@@ -338,7 +338,7 @@ def cmd_status(args) -> int:
 def cmd_bench(args) -> int:
     import json
 
-    from diffmem.bench import bench_eval, bench_sample, bench_train
+    from diffmem.throughput import bench_eval, bench_sample, bench_train
 
     common = dict(device=args.device, threads=args.threads, log=print)
     if args.bench_verb == "train":

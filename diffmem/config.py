@@ -176,7 +176,7 @@ class TheoryConfig:
 
 
 THEORY_NOISE_MODES = ("gaussian-equivalent", "monte-carlo")
-EVAL_GRIDS = ("paper",)  # named evaluation grids of eval.times (diffmem.train.evaluation_steps)
+EVAL_GRIDS = ("paper",)  # named evaluation grids of eval.times (diffmem.eval_grid.evaluation_steps)
 SAMPLER_SCHEDULES = ("official", "diffusers")  # eval.sampler_schedule (diffmem.diffusion)
 MODEL_CHOICES = {"dropout_type": ("channel", "element"), "time_embedding": ("official", "diffusers"),
                  "time_act": ("gelu", "silu"), "init": ("official", "diffusers")}

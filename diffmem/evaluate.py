@@ -27,7 +27,7 @@ from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
 from diffmem.rundir import RunDir, RunLock
 from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
-from diffmem.schedule import evaluation_steps
+from diffmem.eval_grid import evaluation_steps
 
 
 class CheckpointDamaged(RuntimeError):

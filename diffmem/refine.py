@@ -5,7 +5,7 @@ log-spaced grid). diffmem sharpens the brackets after training instead of evalua
 
 - ``eval.checkpoint_ratio = r`` keeps model weights (``checkpoints/step_*.pt``, weights only) at extra steps between
   the evaluation steps, log-spaced so that consecutive kept steps are at most a factor ``r`` apart
-  (:func:`diffmem.schedule.kept_steps`). They cost disk, not evaluation time.
+  (:func:`diffmem.eval_grid.kept_steps`). They cost disk, not evaluation time.
 - ``eval.refine_ratio = q`` (q >= r): once training has ended, diffmem evaluates kept checkpoints inside the bracket
   of tau_mem and of tau_gen, each time the one nearest the bracket's log-midpoint, until every bracket is at most a
   factor ``q`` wide or holds no unevaluated checkpoint (:func:`next_refinement`). The extra evaluations are ordinary

@@ -26,7 +26,7 @@ from diffmem.jobrecords import has_submissions, read_job, read_plan, read_submis
 from diffmem.metrics.fid import metric_label
 from diffmem.outcomes import FAILED, REQUEUED
 from diffmem.rundir import RunDir, pid_alive
-from diffmem.schedule import evaluation_steps
+from diffmem.eval_grid import evaluation_steps
 
 STATES = ("new", "partial", "queued", "running", "cancelled", "failed", "done")
 ACTIVE_STATES = ("running", "queued")  # the states of a run whose latest job is alive

@@ -39,8 +39,9 @@ from diffmem.metrics.fid import resolve_extractor
 from diffmem.io import atomic_torch_save, atomic_write_text
 from diffmem.acceleration import autocast, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
+from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
 from diffmem.refine import refine_brackets, stop_reason
-from diffmem.schedule import evaluation_steps, kept_steps
+from diffmem.eval_grid import evaluation_steps, kept_steps
 from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, check_same_config,
                             continue_as_recorded, extend_budget, extends_budget, load_resume_state, prepare_run_folder,
                             require_folder)
@@ -55,7 +56,7 @@ LOSS_CHECK_EVERY = 100  # optimizer steps between two checks of the training los
 
 @dataclass(frozen=True)
 class TrainResult:
-    status: str  # "done" | "skipped" (was already done) | "interrupted" (state saved, rerun to continue)
+    status: str  # DONE | SKIPPED (was already done) | INTERRUPTED (state saved, rerun to continue): diffmem.outcomes
     step: int  # optimizer steps completed
     run_dir: Path
     signals: tuple[str, ...] = ()  # names of the signals that interrupted it, in arrival order ("SIGUSR2", ...)
@@ -201,7 +202,7 @@ def rewrite_checkpoints(cfg: RunConfig, run: RunDir, steps: list[int], model: to
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 result = train(replay, scratch, progress=progress, log=lambda _m: None)
-            if result.status != "done":
+            if result.status != DONE:
                 return False
             run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             for s in earlier:
@@ -232,7 +233,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     check_same_config(cfg, run)
     if not has_work(cfg, run):
         log(f"{run.path}: already done, skipping")
-        return TrainResult("skipped", cfg.train.steps, run.path)
+        return TrainResult(SKIPPED, cfg.train.steps, run.path)
     device = resolve_device(cfg.train.device)
     if cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
@@ -249,7 +250,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
             cfg = continue_as_recorded(cfg, run, log)
             if not has_work(cfg, run):  # another process finished it while this one loaded data
                 log(f"{run.path}: already done, skipping")
-                return TrainResult("skipped", cfg.train.steps, run.path)
+                return TrainResult(SKIPPED, cfg.train.steps, run.path)
             try:
                 return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
                                      stop_at_step=stop_at_step, log=log, progress_position=progress_position)
@@ -307,7 +308,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     lost = checkpoints_to_rewrite(run, run.unevaluated(run.read_config().scheduled_steps(), step))
     if lost and not rewrite_checkpoints(cfg, run, lost, model, step, device, progress=progress, log=log):
         log(f"{run.path}: interrupted while writing lost checkpoints again; rerun the same command to continue")
-        return TrainResult("interrupted", step, run.path)
+        return TrainResult(INTERRUPTED, step, run.path)
 
     evaluator = None
     if cfg.eval.inline:
@@ -404,7 +405,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
                 save_state()
                 why = stop[0] if stop else f"stop_at_step={stop_at_step}"
                 log(f"{run.path}: {why}: saved state at step {step}; rerun the same command to continue")
-                return TrainResult("interrupted", step, run.path, signals=tuple(stop))
+                return TrainResult(INTERRUPTED, step, run.path, signals=tuple(stop))
     check_losses()
     save_state()
     if evaluator is not None and cfg.eval.refine_ratio:
@@ -414,7 +415,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
                       + f"\nsteps {step}\ntrain_s {train_seconds():.1f}\n"
                       + (f"stopped early: {stopped}\n" if stopped else ""))
     log(f"{run.path}: done, {step} steps" + (" (stopped early)" if stopped else ""))
-    return TrainResult("done", step, run.path)
+    return TrainResult(DONE, step, run.path)
 
 
 def _stop_annotation(run: RunDir, record: dict[str, Any], stop_f_mem: float) -> dict[str, Any]:

@@ -149,7 +149,7 @@ def test_the_config_json_reader_validates_and_knows_the_evaluation_grid(tmp_path
     """diffmem.rundir.read_config: the one reader of a run folder's config.json. The steps a run certainly
     checkpointed are its grid; after a budget grew, an earlier grid's step counts only if every later grid has it."""
     from diffmem.rundir import ConfigFileError, read_config
-    from diffmem.schedule import evaluation_steps
+    from diffmem.eval_grid import evaluation_steps
 
     run = RunDir(tmp_path / "run")
     assert read_config(run) is None  # a new run folder

@@ -21,7 +21,7 @@ from diffmem.config import (DiffusionConfig, RunConfig, config_from_dict, load_c
 from diffmem.diffusion import Diffusion
 from diffmem.metrics.fid import OFFLINE_EXTRACTOR, fid, fid_sets
 from diffmem.model import build_from_config, build_unet, count_parameters, official_parameter_count
-from diffmem.schedule import evaluation_steps, paper_grid
+from diffmem.eval_grid import evaluation_steps, paper_grid
 from diffmem.rundir import RunConfigMismatch, check_same_config
 from diffmem.train import train
 from diffmem.rundir import RunDir

@@ -11,7 +11,7 @@ import diffmem.train
 from diffmem.analysis.timescales import binomial_interval, estimate_run
 from diffmem.refine import brackets, next_refinement, stop_reason
 from diffmem.rundir import RunDir
-from diffmem.schedule import evaluation_steps, kept_steps
+from diffmem.eval_grid import evaluation_steps, kept_steps
 from diffmem.train import train
 from tiny_runs import tiny_config
 

@@ -27,7 +27,7 @@ from diffmem.diffusion import Diffusion
 from diffmem.evaluate import CheckpointDamaged, evaluate_run
 from diffmem.io import WriteFailed, atomic_torch_save
 from diffmem.rundir import RunDir, RunLock, RunLocked
-from diffmem.schedule import evaluation_steps
+from diffmem.eval_grid import evaluation_steps
 from diffmem.rundir import StateDamaged
 from diffmem.train import TrainingDiverged, train
 from diffmem.status import run_status

@@ -12,7 +12,7 @@ import torch
 from diffmem.cli import main
 from diffmem.config import load_config
 from diffmem.rundir import RunDir
-from diffmem.schedule import evaluation_steps
+from diffmem.eval_grid import evaluation_steps
 from diffmem.rundir import RunConfigMismatch
 from diffmem.train import train
 from tiny_runs import TINY, sets, tiny_config

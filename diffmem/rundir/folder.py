@@ -17,7 +17,7 @@ from typing import Any
 from diffmem import __version__
 from diffmem.config import SECTIONS, ConfigError, RunConfig, config_from_dict
 from diffmem.io import read_jsonl
-from diffmem.schedule import evaluation_steps
+from diffmem.eval_grid import evaluation_steps
 
 PAIRS_FILE = "pairs.jsonl"  # <experiment>/pairs.jsonl: one line per (split pair, step), `diffmem pairs`, appended
 PAIRS_LOCK = "pairs.lock"  # <experiment>/pairs.lock: held while `diffmem pairs` appends to it

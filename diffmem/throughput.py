@@ -1,4 +1,4 @@
-"""Benchmarks of diffmem's own code paths: training steps, DDIM sampling, one full evaluation.
+"""The speed of diffmem's own code paths (`diffmem bench`): training steps, DDIM sampling, one full evaluation.
 
 Each function returns a JSON-able dict (seconds, images/s, FLOPs) and is what ``diffmem bench <train|sample|eval>``
 prints as its last line. ``bench_train`` times the exact step of ``diffmem.train`` (the data tensor on the device,
@@ -251,7 +251,7 @@ def bench_eval(n_samples: int = 256, sampler_steps: int = 50, n: int = 64, repea
     from diffmem.data import load_images, make_splits
     from diffmem.evaluate import Evaluator
     from diffmem.rundir import RunDir
-    from diffmem.schedule import evaluation_steps
+    from diffmem.eval_grid import evaluation_steps
 
     _check_positive(n_samples=n_samples, sampler_steps=sampler_steps, n=n, repeats=repeats, train_steps=train_steps)
     _apply_threads(threads)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from diffmem.bench import BenchError, bench_eval, bench_sample, bench_train, matmul_flops_per_s
+from diffmem.throughput import BenchError, bench_eval, bench_sample, bench_train, matmul_flops_per_s
 from diffmem.cli import main
 
 TRAIN_KEYS = ("images_per_s", "s_per_step", "flops_per_step", "achieved_flops_per_s", "peak_flops_per_s",
