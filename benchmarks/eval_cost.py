@@ -1,7 +1,7 @@
 """Benchmark: the cost of one evaluation (sampling, NN search, FID features, loss gap) and of the training steps
 between two evaluations, for the demo's model (experiments/demo.toml) on CPU.
 
-A thin wrapper of :func:`diffmem.bench.bench_eval` (also ``diffmem bench eval``): it prints one JSON line with the
+A thin wrapper of :func:`diffmem.throughput.bench_eval` (also ``diffmem bench eval``): it prints one JSON line with the
 median seconds of each part, the seconds per training step at the demo's batch, and the evaluation cost relative to
 the training between two evaluations of the demo's schedule. Run:
 ``python benchmarks/eval_cost.py [--n-samples 256] [--sampler-steps 50] [--repeats 3]``.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from diffmem.bench import bench_eval
+from diffmem.throughput import bench_eval
 
 
 def main() -> None:
