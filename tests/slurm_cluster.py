@@ -71,6 +71,11 @@ def node_resources() -> tuple[int, int]:
     return int(fields.get("CPUs", os.cpu_count() or 1)), int(fields.get("RealMemory", 1000))
 
 
+def default_mem_per_cpu_mb(cpus: int, memory_mb: int) -> int:
+    """Memory (MB) of a job that asks for none: 4000, or the node's share per CPU when it has less."""
+    return max(1, min(4000, memory_mb // max(cpus, 1)))
+
+
 def slurm_conf(folder: Path, *, ctld_port: int, slurmd_port: int, node: str, cpus: int, memory_mb: int,
                cluster: str = "diffmemtest", kill_wait_s: int = 2) -> str:
     """The slurm.conf of a one-node cluster whose state, spool, logs and pid files are all under ``folder``."""
@@ -99,7 +104,9 @@ def slurm_conf(folder: Path, *, ctld_port: int, slurmd_port: int, node: str, cpu
         # cores and memory are consumable, so array tasks run side by side
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
-        "DefMemPerCPU=1000",
+        # a job without --mem gets this much: importing torch (a CUDA build) and diffusers alone takes ~0.8 GB of
+        # resident memory and a tiny run peaks near 1 GB, so the old 1000 MB once had a time-limited job killed
+        f"DefMemPerCPU={default_mem_per_cpu_mb(cpus, memory_mb)}",
         "SchedulerType=sched/backfill",
         "SchedulerParameters=sched_interval=1,bf_interval=1,defer_batch",
         "MpiDefault=none",
