@@ -240,7 +240,7 @@ def law_line(label: str, fit: PowerLawFit, paper: str) -> str:
                + (f"[{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]" if fit.exponent_lo is not None else "none")
                if fit.fitted else f"not fitted: {fit.reason}")
     return (f"{label}: not resolved by {grid} ({numbers}: it cannot tell an exponent of 0 from the paper's 1); "
-            "the CPU reference experiment measures it (results/cpu_digits/README.md)")
+            "the CPU reference experiment measures it (results/cpu_digits_2/README.md)")
 
 
 def report(summary: Summary, advices: Sequence[Advice], check: AdviceCheck | None, seconds: float) -> str:
