@@ -8,6 +8,8 @@
   labels are switched off, as on the inner panels of shared axes, is exempt);
 - an axis that shows tick labels but has no axis label;
 - an axis label or title that sticks out of the figure (cut off in the file);
+- a text that writes a code name of the suite (``tau_gen``, ``f_mem_lo``, ...) in plain letters instead of as
+  mathematics (``$\\tau_\\mathrm{gen}$``), as a legend entry copied from a dictionary key would;
 - ``expect_intervals`` and no interval drawn: plots marks every interval it draws (error bars, 95 % bands) with the
   artist gid :data:`INTERVAL_GID`; a marked artist counts when it is visible.
 
@@ -16,10 +18,12 @@ Used by tests/test_plots.py on every figure of `diffmem analyze`; also usable on
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from matplotlib.artist import Artist
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 INTERVAL_GID = "interval"
 """The gid that diffmem.plots gives every artist that draws an interval (error bar or band)."""
@@ -58,6 +62,16 @@ def _inside(text: Any, fig: Figure, renderer: Any) -> bool:
     return box.x0 >= page.x0 - 1 and box.y0 >= page.y0 - 1 and box.x1 <= page.x1 + 1 and box.y1 <= page.y1 + 1
 
 
+CODE_NAME = re.compile(r"\b(?:tau_[a-z]+|f_mem\w*)\b")
+"""Names from the suite's files (summary.csv columns, metric keys) that a figure should write as mathematics."""
+
+
+def code_names(text: str) -> list[str]:
+    """The code names (:data:`CODE_NAME`) that ``text`` writes outside its mathtext ``$...$`` segments."""
+    plain = re.split(r"(?<!\\)\$", text)[::2]  # even pieces lie outside $...$
+    return [m for piece in plain for m in CODE_NAME.findall(piece)]
+
+
 def _interval_artists(fig: Figure) -> list[Artist]:
     return [a for a in fig.findobj(lambda a: a.get_gid() == INTERVAL_GID) if a.get_visible()]
 
@@ -87,6 +101,12 @@ def figure_problems(fig: Figure, *, expect_intervals: bool = False, name: str = 
         for text in [ax.xaxis.get_label(), ax.yaxis.get_label()] + [t for t in titles if t is not None]:
             if text.get_visible() and text.get_text().strip() and not _inside(text, fig, renderer):
                 problems.append(f"{where}: {text.get_text()!r} is cut off by the figure's edge")
+    seen = set()
+    for text in fig.findobj(Text):
+        content = text.get_text()
+        if text.get_visible() and content not in seen and (names := code_names(content)):
+            seen.add(content)
+            problems.append(f"{name}: {content!r} writes {', '.join(names)} in plain letters, not as mathematics")
     if expect_intervals and not _interval_artists(fig):
         problems.append(f"{name}: its data has intervals but none is drawn")
     return problems

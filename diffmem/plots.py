@@ -272,9 +272,11 @@ def _envelope(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float] |
 
 def _legend_by_n(ax, ns: Sequence[int], colors: dict[int, Any], title: str = "N", extra: Sequence[Any] = (),
                  **kwargs) -> None:
-    handles = [Line2D([], [], color=colors[n], label=str(n)) for n in ns] + list(extra)
+    """A legend with one line per N in its colour, then ``extra`` handles (what thin lines, bold lines and bands are).
+    With extras the legend has two columns, over which a title would float: each N is then labelled ``N=32``."""
+    handles = [Line2D([], [], color=colors[n], label=f"{title}={n}" if extra else str(n)) for n in ns] + list(extra)
     kwargs = {"loc": "best", "ncols": 2 if len(handles) > 5 else 1, **kwargs}
-    ax.legend(handles=handles, title=title, **kwargs)
+    ax.legend(handles=handles, title=None if extra else title, **kwargs)
 
 
 def _several_n(data: "ExperimentFiles") -> list[int]:
@@ -831,6 +833,9 @@ PHASE_STYLE = {
     "not memorizing (tau_gen unconfirmed)": dict(color="#7fb3d5", marker="s"),
     "not trained that long": dict(color="0.6", marker="s", mfc="none"),
 }
+PHASE_LEGEND_LABELS = {"learning (before tau_gen)": r"learning (before $\tau_\mathrm{gen}$)",
+                       "not memorizing (tau_gen unconfirmed)": r"not memorizing ($\tau_\mathrm{gen}$ unconfirmed)"}
+"""How the legend writes a class of :data:`PHASE_STYLE` whose plain key names a timescale (the rest as they are)."""
 
 
 def classify_phase(tau: float, last_step: float | None, memorizing: bool, tau_gen: float | None,
@@ -878,7 +883,8 @@ def _cell_phase(data: ExperimentFiles, rows: Sequence[dict[str, Any]], tau: floa
 
 def _phase_legend(fig: Figure, seen: set[str], threshold: float | None) -> None:
     handles = [Line2D([], [], ls="none", ms=7, marker="s", mec=PHASE_STYLE[k]["color"],
-                      mfc=PHASE_STYLE[k].get("mfc", PHASE_STYLE[k]["color"]), label=k)
+                      mfc=PHASE_STYLE[k].get("mfc", PHASE_STYLE[k]["color"]),
+                      label=PHASE_LEGEND_LABELS.get(k, k))
                for k in PHASE_STYLE if k in seen]
     rule = (r"memorizing: from the onset $\tau_\mathrm{mem}$ on (most seeds)" if threshold is None
             else f"memorizing: $f_\\mathrm{{mem}}(\\tau) > {threshold:g}$")

@@ -2,6 +2,9 @@
 figure drawn passes the mechanical readability checks of diffmem.figure_checks."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -161,6 +164,23 @@ def test_every_figure_drawn_passes_the_mechanical_checks(which, request):
 
 
 @pytest.mark.e2e
+def test_the_committed_reference_experiment_drawn_by_todays_code_passes_the_mechanical_checks(tmp_path):
+    """Real curves, not planted ones: results/cpu_digits_2 (4 N, 3 widths, 3 seeds, galleries) copied and drawn
+    again; every figure that its data supports is drawn, and none has a readability problem."""
+    source = Path(__file__).resolve().parents[1] / "results" / "cpu_digits_2"
+    root = tmp_path / source.name
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns("figures", "checkpoints", "*.pt"))
+    drawn = plots.make_figures(root)
+    assert {r.name for r in drawn if r.skipped} == {"pairs"}
+    problems = []
+    for result in drawn:
+        if result.skipped is None:
+            problems += figure_problems(result.figure, name=result.name,
+                                        expect_intervals=result.name.startswith(WITH_INTERVALS))
+    assert problems == []
+
+
+@pytest.mark.e2e
 def test_figures_a_single_n_or_width_cannot_support_are_skipped_in_one_line(n_sweep, width_sweep):
     _, by_n = n_sweep
     _, by_width = width_sweep
@@ -213,6 +233,16 @@ def test_the_checks_find_what_they_look_for():
     ax.set_xlabel("x")
     ax.set_ylabel("a y label far too long for a figure 2.6 inches high, so that both of its ends are cut off")
     assert any("cut off" in p for p in figure_problems(fig))
+
+    fig, ax = _axes()
+    ax.plot([1, 2], [1, 2], label=r"before $\tau_\mathrm{gen}$, $f_mem$ as mathematics")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend()
+    assert figure_problems(fig) == []
+    ax.legend(handles=ax.lines, labels=["learning (before tau_gen)"])
+    assert figure_problems(fig) == ["figure: 'learning (before tau_gen)' writes tau_gen in plain letters, "
+                                    "not as mathematics"]
 
 
 # --- seeds: each seed thin, the cell mean bold (issue #29, item 3) --------------------------------------------------
