@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-samples", type=_positive_int, metavar="M",
                    help="samples per model and step (default: the runs' eval.n_samples); steps already in "
                         "pairs.jsonl are kept as they are")
+    p.add_argument("--no-refine", action="store_true",
+                   help="only the evaluation grid's steps: do not narrow tau_bias's bracket with kept checkpoints "
+                        "(done by default when the runs set eval.refine_ratio and both members have finished)")
 
     p = sub.add_parser("analyze", help=VERBS["analyze"], description=VERBS["analyze"])
     p.add_argument("experiment_dir", help="a folder of run folders (or one run folder)")
@@ -256,7 +259,8 @@ def cmd_evaluate(args) -> int:
 def cmd_pairs(args) -> int:
     from diffmem.paired_evaluation import evaluate_pairs
 
-    evaluate_pairs(args.experiment_dir, device=args.device, n_samples=args.n_samples)
+    evaluate_pairs(args.experiment_dir, device=args.device, n_samples=args.n_samples,
+                   refine=not args.no_refine)
     return 0
 
 

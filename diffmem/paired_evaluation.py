@@ -8,6 +8,11 @@ evaluation's seed and sampler, :func:`diffmem.evaluate.draw_samples`), and the m
 :mod:`diffmem.metrics.pairs` are appended as one JSON line per (pair, step), in pixel units x / 255 (each model's
 centering offset added back, so the distances are the memorization test's).
 
+With ``eval.refine_ratio`` set in the runs' config, once both members have finished training (their ``done`` file),
+tau_bias's bracket is then narrowed among the checkpoints both members kept, each time at the one nearest the
+bracket's log-midpoint, until it is at most that factor wide (:func:`diffmem.refine.next_bias_refinement`): the
+bracket that ``diffmem analyze`` reports, as refinement does for tau_mem and tau_gen in a run.
+
 The file is only appended (``diffmem.io.append_jsonl``, under the lock ``<experiment>/pairs.lock``): a rerun after a
 kill continues with the first (pair, step) not recorded, and never writes a (pair, step) twice. A step recorded once
 is never computed again (a rerun with another ``--n-samples`` only adds the steps still missing). The runs may still
@@ -30,6 +35,7 @@ from diffmem.diffusion import Diffusion
 from diffmem.evaluate import checkpoint_model, draw_samples
 from diffmem.io import append_jsonl, read_jsonl
 from diffmem.metrics.pairs import paired_measures
+from diffmem.refine import next_bias_refinement
 from diffmem.rundir import PAIRS_FILE, PAIRS_LOCK, RunDir, RunLock
 
 PAIR_SPLITS = (0, 1)  # the training blocks (data.subset_index) of a pair's two members
@@ -55,8 +61,17 @@ class SplitPair:
 
     def common_steps(self) -> list[int]:
         """Evaluation steps of both grids that both members have a checkpoint for, ascending."""
-        ready_a = set(self.steps_a) & set(self.a.checkpoint_steps())
-        return sorted(ready_a & set(self.steps_b) & set(self.b.checkpoint_steps()))
+        return sorted(set(self.steps_a) & set(self.steps_b) & set(self.kept_steps()))
+
+    def kept_steps(self) -> list[int]:
+        """Every step both members have a checkpoint for: the evaluation grid's and the kept ones between
+        (``eval.checkpoint_ratio``), ascending."""
+        return sorted(set(self.a.checkpoint_steps()) & set(self.b.checkpoint_steps()))
+
+    def refine_ratio(self) -> float:
+        """The factor down to which tau_bias's bracket is refined (the runs' ``eval.refine_ratio``; 0: not refined);
+        0 until both members have finished training, since later evaluations can still move the bracket."""
+        return self.cfg_a.eval.refine_ratio if self.a.is_done() and self.b.is_done() else 0.0
 
 
 def find_pairs(experiment_dir: str | Path) -> list[SplitPair]:
@@ -92,11 +107,14 @@ def find_pairs(experiment_dir: str | Path) -> list[SplitPair]:
     return pairs
 
 
-def recorded_keys(path: str | Path) -> set[tuple[str, str, int]]:
-    """(run_a, run_b, step) of every line of a pairs.jsonl (none when it is missing; a line cut by a crash is not
-    counted, and the next append removes it)."""
-    return {(r["run_a"], r["run_b"], int(r["step"])) for r in read_jsonl(path)
-            if isinstance(r, dict) and {"run_a", "run_b", "step"} <= set(r)}
+def recorded_lines(path: str | Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The lines of a pairs.jsonl by (run_a, run_b), in file order (none when it is missing; a line cut by a crash is
+    not counted, and the next append removes it)."""
+    lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in read_jsonl(path):
+        if isinstance(r, dict) and {"run_a", "run_b", "step"} <= set(r):
+            lines.setdefault((r["run_a"], r["run_b"]), []).append(r)
+    return lines
 
 
 def _f_mem_at(run: RunDir, step: int) -> float | None:
@@ -144,9 +162,10 @@ class PairEvaluator:
 
 
 def evaluate_pairs(experiment_dir: str | Path, device: str = "auto", n_samples: int | None = None,
-                   log: Callable[[str], None] = print) -> int:
-    """Append the line of every (pair, step) that pairs.jsonl lacks (module docstring); returns how many were
-    appended. ``n_samples``: draws per step (default: the runs' ``eval.n_samples``)."""
+                   refine: bool = True, log: Callable[[str], None] = print) -> int:
+    """Append the line of every (pair, step) that pairs.jsonl lacks, then, with ``refine``, the refinements of each
+    finished pair's tau_bias bracket (module docstring); returns how many lines were appended. ``n_samples``: draws
+    per step (default: the runs' ``eval.n_samples``)."""
     experiment = Path(experiment_dir)
     pairs = find_pairs(experiment)
     path = experiment / PAIRS_FILE
@@ -154,24 +173,36 @@ def evaluate_pairs(experiment_dir: str | Path, device: str = "auto", n_samples: 
     appended = 0
     sources: dict[tuple[Any, ...], ImageSet] = {}  # one load per source and image size
     with RunLock(RunDir(experiment), name=PAIRS_LOCK):
-        done = recorded_keys(path)
+        recorded = recorded_lines(path)
         for pair in pairs:
-            todo = [s for s in pair.common_steps() if (pair.a.path.name, pair.b.path.name, s) not in done]
-            if not todo:
-                continue
-            data = pair.cfg_a.data
-            key = (data.source, data.path, data.image_size, data.cache_dir)
-            if key not in sources:
-                sources[key] = load_images(data)
-            evaluator = PairEvaluator(pair, dev, sources[key])
+            lines = recorded.get((pair.a.path.name, pair.b.path.name), [])
+            done = {int(r["step"]) for r in lines}
             count = n_samples or pair.cfg_a.eval.n_samples
-            for step in todo:
+            evaluator = None
+
+            def measure(step: int, why: str = "") -> None:
+                nonlocal evaluator, appended
+                if evaluator is None:
+                    data = pair.cfg_a.data
+                    key = (data.source, data.path, data.image_size, data.cache_dir)
+                    if key not in sources:
+                        sources[key] = load_images(data)
+                    evaluator = PairEvaluator(pair, dev, sources[key])
                 line = evaluator.measure(step, count)
                 append_jsonl(path, line)
+                lines.append(line)
                 appended += 1
-                log(f"{pair.name} step {step}: pair distance {line['pair_distance']:.4g}, bias {line['bias']:.3g} "
-                    f"[{line['bias_lo']:.3g}, {line['bias_hi']:.3g}], own {line['own_fraction']:.3f} "
-                    f"({line['wall_s']:.1f} s)")
+                log(f"{pair.name} step {step}{why}: pair distance {line['pair_distance']:.4g}, bias "
+                    f"{line['bias']:.3g} [{line['bias_lo']:.3g}, {line['bias_hi']:.3g}], own "
+                    f"{line['own_fraction']:.3f} ({line['wall_s']:.1f} s)")
+
+            for step in pair.common_steps():
+                if step not in done:
+                    measure(step)
+            ratio = pair.refine_ratio() if refine else 0.0
+            while (step := next_bias_refinement([int(r["step"]) for r in lines], [r.get("bias_lo") for r in lines],
+                                                pair.kept_steps(), ratio)) is not None:
+                measure(step, " (refining tau_bias's bracket)")
     if not appended:
         log(f"{path}: every step that both members of each pair have reached is recorded")
     return appended

@@ -18,6 +18,10 @@ log-spaced grid). diffmem sharpens the brackets after training instead of evalua
   steeply in log time (just after an onset), so it spans less time. The bracket's clean end must then be clean
   among M samples too: when it was measured with fewer, it is re-evaluated with M before the bracket counts as
   resolved (fewer samples can only miss copies, so a memorized end needs no re-evaluation).
+- Split pairs (``diffmem pairs``, :mod:`diffmem.paired_evaluation`): with ``eval.refine_ratio = q``, once both
+  members have finished training, tau_bias's bracket is narrowed the same way, among the checkpoints both members
+  kept (:func:`next_bias_refinement`), with the pair's own sample count: the bias's interval narrows with more
+  samples, so a bracket end measured with other draws would move tau_bias by the count, not by training.
 - ``eval.stop_f_mem = f`` stops training at the first evaluation after which tau_mem and tau_gen are both measured
   (neither censored) and the lower end of f_mem's 95% interval is at least ``f`` (memorization has saturated):
   :func:`stop_reason`. That evaluation's record carries ``"stop"`` with the reason, and the run's ``done`` file says
@@ -32,7 +36,7 @@ import math
 from typing import Any, Protocol, Sequence
 
 from diffmem.analysis.runfiles import latest_per_step
-from diffmem.analysis.timescales import TimescaleInputError, estimate_run, evaluation_bracket
+from diffmem.analysis.timescales import TimescaleInputError, estimate_run, evaluation_bracket, tau_bias
 from diffmem.rundir import RunDir
 
 
@@ -95,13 +99,41 @@ def next_refinement(records: Sequence[dict[str, Any]], checkpoints: Sequence[int
         pick = None
         inside = [s for s in checkpoints if lo < s < hi and pending(s)]
         if hi / lo > ratio and inside:
-            middle = math.sqrt(lo * hi)
-            pick = min(inside, key=lambda s: abs(math.log(s / middle)))
+            pick = nearest_log_midpoint(inside, lo, hi)
         elif needs and lo in kept and pending(lo):
             pick = lo
         if pick is not None and (best is None or hi / lo > best[0]):
             best = (hi / lo, pick)
     return None if best is None else best[1]
+
+
+def nearest_log_midpoint(steps: Sequence[int], lo: float, hi: float) -> int:
+    """The step of ``steps`` (non-empty) nearest the bracket's log-midpoint sqrt(lo * hi): the evaluation that halves
+    the bracket in log time, whichever way it falls."""
+    middle = math.sqrt(lo * hi)
+    return min(steps, key=lambda s: abs(math.log(s / middle)))
+
+
+def next_bias_refinement(steps: Sequence[int], bias_lo: Sequence[float | None], checkpoints: Sequence[int],
+                         ratio: float) -> int | None:
+    """The next checkpoint to evaluate for one split pair's tau_bias, or None when its bracket is resolved.
+
+    ``steps``, ``bias_lo``: the pair's paired evaluations so far (optimizer steps; the lower end of the bias's 95 %
+    interval, pairs.jsonl); ``checkpoints``: the steps both members kept weights for. A measured tau_bias whose
+    bracket [lo, hi] is wider than a factor ``ratio`` gets the unevaluated checkpoint nearest its log-midpoint; a
+    censored or missing tau_bias, a narrow bracket or one without an unevaluated checkpoint inside gets None. The
+    bracket only narrows: a new evaluation inside it with the bias established becomes its upper end, otherwise its
+    lower end (:func:`diffmem.analysis.timescales.tau_bias`)."""
+    if ratio <= 1 or not len(steps):
+        return None
+    order = sorted(range(len(steps)), key=lambda i: steps[i])
+    est = tau_bias([steps[i] for i in order], [bias_lo[i] for i in order])
+    if not est.measured:
+        return None
+    lo, hi = float(est.lo), float(est.hi)
+    done = {int(s) for s in steps}
+    inside = [s for s in checkpoints if lo < s < hi and s not in done]
+    return nearest_log_midpoint(inside, lo, hi) if hi / lo > ratio and inside else None
 
 
 class CheckpointEvaluator(Protocol):

@@ -28,7 +28,8 @@ from diffmem.device import resolve_device
 from diffmem.experiment import expand_grid
 from diffmem.io import read_jsonl
 from diffmem.metrics.pairs import DISTANCE_FLOOR, own_and_other_distances, paired_measures
-from diffmem.paired_evaluation import PairEvaluator, SplitPair, find_pairs
+from diffmem.paired_evaluation import PairEvaluator, SplitPair, evaluate_pairs, find_pairs
+from diffmem.refine import next_bias_refinement
 from diffmem.rundir import PAIRS_FILE, RunDir
 from tiny_runs import TINY_GRID, sets, tiny_config
 
@@ -126,6 +127,50 @@ def test_tau_bias_censored_and_missing():
     assert tau_bias(STEPS, [None] * 6).value is None
 
 
+def refine_on_planted_bias(steps: list[int], onset: float, checkpoints: list[int], ratio: float) -> list[int]:
+    """Run next_bias_refinement to its end on a pair whose bias is established exactly from ``onset`` on (bias_lo
+    +0.1 there, -0.1 before); returns every step evaluated, the grid's first."""
+    done = list(steps)
+    while (step := next_bias_refinement(done, [0.1 if s >= onset else -0.1 for s in done], checkpoints,
+                                        ratio)) is not None:
+        assert step not in done and step in checkpoints
+        done.append(step)
+    return done
+
+
+@pytest.mark.parametrize("onset", [3, 9, 9.5, 23, 31])
+def test_bias_refinement_bisects_the_bracket_down_to_the_ratio_around_the_planted_onset(onset):
+    """Grid 1..32 (factor 2), checkpoints at every step: the bracket ends at most 1.25 wide, or with no checkpoint
+    left inside, and holds the onset; each evaluation is the one nearest the bracket's log-midpoint."""
+    checkpoints = list(range(1, 33))
+    done = refine_on_planted_bias(STEPS, onset, checkpoints, 1.25)
+    final = sorted(done)
+    est = tau_bias(final, [0.1 if s >= onset else -0.1 for s in final])
+    assert est.lo < onset <= est.hi
+    assert est.hi / est.lo <= 1.25 or not [c for c in checkpoints if est.lo < c < est.hi]
+    refined = done[len(STEPS):]
+    assert refined and len(refined) <= 4  # bisection in log time, not a scan
+    lo, hi = 1.0, 32.0
+    for step in refined:  # each pick halves the bracket of the steps before it
+        before = sorted(d for d in done if d != step and done.index(d) < done.index(step))
+        b = tau_bias(before, [0.1 if s >= onset else -0.1 for s in before])
+        lo, hi = b.lo, b.hi
+        inside = [c for c in checkpoints if lo < c < hi and c not in before]
+        assert step == min(inside, key=lambda c: abs(math.log(c / math.sqrt(lo * hi))))
+
+
+def test_bias_refinement_leaves_censored_resolved_and_unrefined_pairs_alone():
+    every = list(range(1, 33))
+    never = [-0.1] * 6
+    assert next_bias_refinement(STEPS, never, every, 1.25) is None  # censored: a lower bound, no bracket
+    assert next_bias_refinement(STEPS, [0.1] * 6, every, 1.25) is None  # established from the first evaluation
+    assert next_bias_refinement(STEPS, [-0.1, -0.1, -0.1, 0.1, 0.1, 0.1], every, 0.0) is None  # refine_ratio 0
+    assert next_bias_refinement(STEPS, [-0.1, -0.1, -0.1, 0.1, 0.1, 0.1], every, 2.0) is None  # 4 -> 8: resolved
+    assert next_bias_refinement(STEPS, [-0.1, -0.1, -0.1, 0.1, 0.1, 0.1], STEPS, 1.25) is None  # nothing kept inside
+    assert next_bias_refinement([], [], every, 1.25) is None
+    assert next_bias_refinement(STEPS[::-1], [0.1, 0.1, 0.1, -0.1, -0.1, -0.1], every, 1.25) in (5, 6)  # any order
+
+
 # --- the split grid ---------------------------------------------------------------------------------------------------
 
 def test_split_i_trains_on_block_i_and_split_0_keeps_its_name(tmp_path):
@@ -219,6 +264,58 @@ def test_pairs_then_kill_and_rerun_then_analyze(trained, tmp_path, capsys):
     for name in ("pairs", "window_w08"):
         assert figure_problems(figures[name].figure, name=name, expect_intervals=True) == []
     assert "## Split pairs" in report_text(exp) and "| n00008_w08_s0 | 8 | 8 | 0 |" in report_text(exp)
+
+
+@pytest.fixture(scope="module")
+def trained_kept(tmp_path_factory) -> Path:
+    """One split pair (N = 4, 40 steps, 3 evaluations) that keeps weights 1.2x apart and asks for brackets refined
+    to 1.25 (eval.checkpoint_ratio, eval.refine_ratio)."""
+    exp = tmp_path_factory.mktemp("pairs_kept") / "exp"
+    config = exp.parent / "grid.toml"
+    config.write_text("")
+    grid = GRID + ["sweep.n=[4]", "train.steps=40", "eval.checkpoint_ratio=1.2", "eval.refine_ratio=1.25"]
+    assert main(["sweep", str(config), "--cluster", "debug", "--out", str(exp), "--no-progress", *sets(grid)]) == 0
+    return exp
+
+
+@pytest.mark.e2e
+def test_pairs_refines_tau_bias_between_kept_checkpoints_and_a_rerun_adds_nothing(trained_kept, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """The real runs and samplers, with the bias's interval planted to be established from step 9 on: `diffmem
+    pairs` evaluates the grid, then kept checkpoints inside tau_bias's bracket until it is at most 1.25 wide (or
+    holds no checkpoint); a rerun appends nothing; --no-refine evaluates the grid only."""
+    onset = 9
+    real_measure = PairEvaluator.measure
+
+    def planted(self, step, n_samples):
+        line = real_measure(self, step, n_samples)
+        line["bias_lo"] = 0.1 if step >= onset else -0.1
+        return line
+
+    monkeypatch.setattr(PairEvaluator, "measure", planted)
+    exp = tmp_path / "exp"
+    shutil.copytree(trained_kept, exp)
+    (pair,) = find_pairs(exp)
+    grid, kept = pair.common_steps(), pair.kept_steps()
+    assert len(grid) == 3 and len(kept) > 10 and pair.refine_ratio() == 1.25
+    assert main(["pairs", str(exp), "--device", "cpu"]) == 0
+    assert "refining tau_bias's bracket" in capsys.readouterr().out
+    steps = [r["step"] for r in read_jsonl(exp / PAIRS_FILE)]
+    assert steps[:3] == grid and len(steps) > 3 and set(steps[3:]) <= set(kept) - set(grid)
+    final = sorted(steps)
+    est = tau_bias(final, [0.1 if s >= onset else -0.1 for s in final])
+    assert est.lo < onset <= est.hi
+    assert est.hi / est.lo <= 1.25 or not [k for k in kept if est.lo < k < est.hi]
+    assert evaluate_pairs(exp, device="cpu", log=lambda _: None) == 0  # a rerun: nothing left
+    capsys.readouterr()
+    assert main(["analyze", str(exp), "--no-figures"]) == 0
+    row = {r["run"]: r for r in read_csv(exp / "summary.csv")}[pair.name]
+    assert (row["tau_bias_lo"], row["tau_bias_hi"]) == (est.lo, est.hi) and row["pair_evals"] == len(steps)
+
+    plain = tmp_path / "plain"
+    shutil.copytree(trained_kept, plain)
+    assert main(["pairs", str(plain), "--device", "cpu", "--no-refine"]) == 0
+    assert [r["step"] for r in read_jsonl(plain / PAIRS_FILE)] == grid
 
 
 @pytest.mark.e2e
