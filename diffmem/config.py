@@ -126,6 +126,8 @@ class EvalConfig:
     stop_f_mem: float = 0.0  # > 0: stop training once f_mem_lo >= this and tau_mem and tau_gen are measured
     mem_levels: tuple[float, ...] = (0.01, 0.1)  # analysis only: f_mem levels whose crossing steps are read
     #                                              (tau_mem_at_L); increasing, each in (0, 1); [] reads none
+    bias_levels: tuple[float, ...] = (0.05, 0.1)  # analysis only: levels of a split pair's bias (mean log ratio)
+    #                                               whose crossing steps are read (tau_bias_at_L); increasing, > 0
     fid_weights: str | None = None  # local Inception weights file (else $DIFFMEM_FID_WEIGHTS or torch's hub cache)
 
 
@@ -693,6 +695,9 @@ def _validate_eval(e: EvalConfig, cfg: RunConfig) -> None:
     if any(not 0.0 < v < 1.0 for v in e.mem_levels) or any(b <= a for a, b in zip(e.mem_levels, e.mem_levels[1:])):
         raise ConfigError(f"eval.mem_levels = {list(e.mem_levels)} must be increasing fractions in (0, 1), e.g. "
                           "[0.01, 0.1], or [] to read no level crossing")
+    if any(not v > 0.0 for v in e.bias_levels) or any(b <= a for a, b in zip(e.bias_levels, e.bias_levels[1:])):
+        raise ConfigError(f"eval.bias_levels = {list(e.bias_levels)} must be increasing log ratios > 0, e.g. "
+                          "[0.05, 0.1], or [] to read no level crossing")
     if not 0.0 < e.mem_threshold <= 1.0:
         raise ConfigError(f"eval.mem_threshold = {e.mem_threshold} must be in (0, 1]")
     if e.loss_t <= 0:
@@ -704,7 +709,7 @@ EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.channels
                             "eval.batch_size", "eval.fid_weights"})
 # Keys that only the analysis of a run's metrics reads: they change neither training nor any evaluation, so they may
 # change between reruns too, and a run folder written before one of them continues with today's value.
-ANALYSIS_KEYS = frozenset({"eval.mem_levels"})
+ANALYSIS_KEYS = frozenset({"eval.mem_levels", "eval.bias_levels"})
 # Keys that decide only how a run starts (the weights drawn at step 0), so a run folder keeps the value it recorded
 # (for a folder written before the key, its LEGACY_VALUES value): a command that continues the folder with another
 # value is not refused, and the run goes on with the folder's value (diffmem.train.train, keep_recorded_keys).

@@ -216,6 +216,28 @@ def f_mem_axis(ax: Any) -> None:
     ax.set_ylabel(r"$f_\mathrm{mem}$ (fraction copied)")
 
 
+BIAS_LINTHRESH = 1e-5
+"""The bias axis is symlog, linear within +-1e-5: the paired design resolves biases of 1e-5 and less early in
+training, and the bias grows over decades from there (results/digits_pairs), which a linear axis flattens to 0."""
+
+
+def bias_axis(ax: Any, max_ticks: int = 7) -> None:
+    """A symlog axis for a split pair's bias (drawn already), linear within +-:data:`BIAS_LINTHRESH`: ticks at 0 and
+    at signed powers of ten over the drawn range, every k-th decade so that at most ``max_ticks`` are labelled (a
+    panel 2 inches high holds about 7), written as mathematics."""
+    ax.set_yscale("symlog", linthresh=BIAS_LINTHRESH, linscale=1.0)
+    lo, hi = ax.get_ylim()
+    first = int(math.floor(math.log10(BIAS_LINTHRESH)))
+    ups = list(range(first, int(math.ceil(math.log10(hi))) + 1)) if hi > BIAS_LINTHRESH else []
+    downs = list(range(first, int(math.ceil(math.log10(-lo))) + 1)) if lo < -BIAS_LINTHRESH else []
+    step = max(1, math.ceil((len(ups) + len(downs)) / max(max_ticks - 1, 1)))
+    ticks = [0.0] + [10.0 ** k for k in ups[::-1][::step]] + [-(10.0 ** k) for k in downs[::-1][::step]]
+    ax.yaxis.set_major_locator(FixedLocator(sorted(t for t in ticks if lo <= t <= hi)))
+    ax.yaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: "0" if v == 0 else ("$-" if v < 0 else "$") + f"10^{{{round(math.log10(abs(v)))}}}$"))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
 def new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANEL, sharex: bool = False,
                sharey: bool = False) -> tuple[Figure, list[Any]]:
     """A figure of ``n_panels`` axes on ``rows`` rows (``size``: inches per panel), unused grid cells hidden; drawn
@@ -350,7 +372,7 @@ def _run_band(rec: RunRecord | PairRecord, key: str) -> tuple[np.ndarray, np.nda
     measures'); None when not recorded."""
     if key == "fid":
         return _quality_band(rec)
-    lo, hi = rec.series("f_mem_lo"), rec.series("f_mem_hi")
+    lo, hi = rec.series(f"{key}_lo"), rec.series(f"{key}_hi")
     return (lo, hi) if (np.isfinite(lo) & np.isfinite(hi)).any() else None
 
 
@@ -364,50 +386,68 @@ def _clip_band(key: str, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple
     return lo, hi
 
 
+MIN_SEEDS_FOR_MEAN_BAND = 3
+"""Seeds a cell needs for the band of its mean: with 2 the 95 % t interval is 12.7 standard errors wide and says
+only that two seeds cannot place the mean, so each seed keeps its own band instead."""
+
+
+def _draw_own_band(ax, rec: RunRecord | PairRecord, key: str, color, per_x: float, alpha: float) -> bool:
+    """One run's (or pair's) 95 % band of ``key`` (:func:`_run_band`) against step / ``per_x``; False when none."""
+    x, y = rec.steps / per_x, rec.series(key)
+    band = _run_band(rec, key)
+    if band is None:
+        return False
+    keep = _finite(x, y) & np.isfinite(band[0]) & np.isfinite(band[1])
+    if not keep.any():
+        return False
+    lo, hi = _clip_band(key, y[keep], band[0][keep], band[1][keep])
+    _mark_interval(ax.fill_between(x[keep], lo, hi, color=color, alpha=alpha, lw=0))
+    return True
+
+
 def draw_cell_curves(ax, records: Sequence[RunRecord | PairRecord], key: str, color, *,
-                     per_x: float = 1.0) -> tuple[bool, bool]:
+                     per_x: float = 1.0) -> tuple[set[str], bool]:
     """The metric ``key`` of one cell (the seeds of one N and W: runs, or split pairs) against step / ``per_x``.
 
     One seed: its curve with dots and its own 95 % band (:func:`_run_band`). Several seeds: each seed thin
-    (:data:`SEED_STYLE`), their mean bold (:data:`CELL_MEAN_STYLE`) with the 95 % t interval over seeds as the band
-    (:func:`mean_over_seeds`). Returns (a band was drawn, the cell has several seeds)."""
+    (:data:`SEED_STYLE`) and their mean bold (:data:`CELL_MEAN_STYLE`); the band is the 95 % t interval of the mean
+    over seeds (:func:`mean_over_seeds`) from :data:`MIN_SEEDS_FOR_MEAN_BAND` seeds on, each seed's own band below.
+    Returns the kinds of band drawn (a subset of {"run", "each seed", "mean"}) and whether the cell has several
+    seeds."""
     drawn = [rec for rec in records if _finite(rec.steps, rec.series(key)).any()]
     if len(drawn) == 1:
         rec = drawn[0]
         x, y = rec.steps / per_x, rec.series(key)
         ok = _finite(x, y)
         ax.plot(x[ok], y[ok], color=color, marker=".", ms=2.5)
-        band = _run_band(rec, key)
-        if band is None:
-            return False, False
-        keep = ok & np.isfinite(band[0]) & np.isfinite(band[1])
-        if not keep.any():
-            return False, False
-        lo, hi = _clip_band(key, y[keep], band[0][keep], band[1][keep])
-        _mark_interval(ax.fill_between(x[keep], lo, hi, color=color, alpha=0.25, lw=0))
-        return True, False
+        return ({"run"} if _draw_own_band(ax, rec, key, color, per_x, 0.25) else set()), False
     for rec in drawn:
         x, y = rec.steps / per_x, rec.series(key)
         ok = _finite(x, y)
         ax.plot(x[ok], y[ok], color=color, **SEED_STYLE)
     cell = mean_over_seeds(drawn, key)
     if cell is None:
-        return False, len(drawn) > 1
+        return set(), len(drawn) > 1
     ax.plot(cell.steps / per_x, cell.mean, color=color, **CELL_MEAN_STYLE)
+    if cell.seeds < MIN_SEEDS_FOR_MEAN_BAND:
+        own = [_draw_own_band(ax, rec, key, color, per_x, 0.15) for rec in drawn]
+        return ({"each seed"} if any(own) else set()), True
     lo, hi = _clip_band(key, cell.mean, cell.lo, cell.hi)
     _mark_interval(ax.fill_between(cell.steps / per_x, lo, hi, color=color, alpha=0.25, lw=0))
-    return True, True
+    return {"mean"}, True
 
 
-def _curve_legend_extras(band: bool, seeded: bool, band_label: str = "95 % interval") -> list[Line2D]:
-    """Legend entries for what :func:`draw_cell_curves` drew: the band, and with seeds the thin and bold lines."""
+def _curve_legend_extras(bands: set[str], seeded: bool, band_label: str = "95 % interval") -> list[Line2D]:
+    """Legend entries for what :func:`draw_cell_curves` drew: with seeds the thin and bold lines, then each kind of
+    band in ``bands`` ("run": ``band_label``; "each seed"; "mean": of the mean over seeds)."""
     extra = []
     if seeded:
         extra += [Line2D([], [], color="0.3", **SEED_STYLE, label="each seed"),
                   Line2D([], [], color="0.3", **CELL_MEAN_STYLE, label="mean over seeds")]
-    if band:
-        text = "95 % interval of the mean (t, over seeds)" if seeded else band_label
-        extra.append(Line2D([], [], color="0.5", lw=5, alpha=0.3, label=text))
+    texts = {"run": band_label, "each seed": f"{band_label} of each seed (fewer than {MIN_SEEDS_FOR_MEAN_BAND} seeds)",
+             "mean": "95 % interval of the mean (t, over seeds)"}
+    extra += [Line2D([], [], color="0.5", lw=5, alpha=0.3, label=texts[k]) for k in ("run", "each seed", "mean")
+              if k in bands]
     return extra
 
 
@@ -453,15 +493,17 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     ax_fid = axes[0] if has_fid else None
     ax_mem = axes[len(heights) - 2] if has_mem else None
     ax_win = axes[-1]
-    fid_band = mem_band = seeded = False
+    fid_band: set[str] = set()
+    mem_band: set[str] = set()
+    seeded = False
     for n in ns:
         cell = [data.records[r["run"]] for r in rows if r["n"] == n]
         if ax_fid is not None:
             band, many = draw_cell_curves(ax_fid, cell, "fid", colors[n])
-            fid_band, seeded = fid_band or band, seeded or many
+            fid_band, seeded = fid_band | band, seeded or many
         if ax_mem is not None:
             band, many = draw_cell_curves(ax_mem, cell, "f_mem", colors[n])
-            mem_band, seeded = mem_band or band, seeded or many
+            mem_band, seeded = mem_band | band, seeded or many
     any_bound = any_empty = any_gap = False
     bias_marks: set[str] = set()
     for i, n in enumerate(ns):
@@ -513,7 +555,7 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
             ax_mem.set_title(f"W = {width}")
             _legend_by_n(ax_mem, ns, colors, extra=_curve_legend_extras(mem_band, seeded))
         elif mem_band:
-            ax_mem.legend(handles=_curve_legend_extras(mem_band, seeded)[-1:], loc="upper left")
+            ax_mem.legend(handles=_curve_legend_extras(mem_band, False), loc="upper left")  # the bands only
     ax_win.set_xlabel("training step")
     fig.canvas.draw()  # final limits before choosing ticks
     readable_log_axis(ax_win.xaxis)
@@ -540,11 +582,12 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         rows = data.rows_of_width(w)
         ns = sorted({r["n"] for r in rows})
         starts, ends = [], []
-        band = seeded = False
+        band: set[str] = set()
+        seeded = False
         for n in ns:
             cell = [r for r in rows if r["n"] == n]
             drawn, many = draw_cell_curves(ax, [data.records[r["run"]] for r in cell], "f_mem", colors[n], per_x=n)
-            band, seeded = band or drawn, seeded or many
+            band, seeded = band | drawn, seeded or many
             for row in cell:
                 rec = data.records[row["run"]]
                 ok = _finite(rec.steps, rec.series("f_mem"))
@@ -1113,8 +1156,11 @@ def plot_pairs(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     fig, axes = new_figure(len(PAIR_PANELS) * cols, rows=len(PAIR_PANELS), size=(4.0, 2.1), sharex=True)
     colors = n_colors(data.ns)
     rows = {r["run"]: r for r in data.rows}
-    band = seeded = False
+    band: set[str] = set()
+    seeded = False
     marks: set[str] = set()
+    bias_levels = sorted({float(k[len("tau_bias_at_"):]) for r in data.rows for k in r
+                          if k.startswith("tau_bias_at_") and not k.endswith(("_lo", "_hi", "_censored"))})
     for c, w in enumerate(widths):
         column = [axes[k * cols + c] for k in range(len(PAIR_PANELS))]
         of_width = [p for p in pairs if p.width == w]
@@ -1124,8 +1170,15 @@ def plot_pairs(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                 ax.axhline(reference, color="0.35", ls=":", lw=0.9, zorder=1)
             for n in ns:
                 drew, many = draw_cell_curves(ax, [p for p in of_width if p.n == n], key, colors[n])
-                band, seeded = band or drew, seeded or many
+                band, seeded = band | drew, seeded or many
             ax.set_ylabel(label)
+            if key == "bias":
+                for level in bias_levels:
+                    ax.axhline(level, color="0.35", ls="--", lw=0.7, zorder=1)
+                bias_axis(ax)
+            elif key == "pair_distance" and all((p.series(key)[np.isfinite(p.series(key))] > 0).all()
+                                                for p in of_width):
+                ax.set_yscale("log")
         for p in of_width:
             marks |= _mark_pair_timescales(column[0], p, rows, colors[p.n])
         column[-1].set_ylim(0, 1)
@@ -1133,6 +1186,10 @@ def plot_pairs(data: ExperimentFiles, out_dir: Path) -> FigureResult:
         column[-1].set_xlabel("training step")
         column[0].set_title(f"W = {w}: split pairs (blocks 0 and 1)")
     extra = _curve_legend_extras(band, seeded)
+    if bias_levels:
+        extra.append(Line2D([], [], color="0.35", ls="--", lw=0.7,
+                            label="bias levels " + ", ".join(f"{v:g}" for v in bias_levels)
+                            + r" (their crossings $\tau_\mathrm{bias}$ at L: summary.csv)"))
     names = {"tau_bias": r"$\tau_\mathrm{bias}$ (bar: bracket)", "tau_gen": r"$\tau_\mathrm{gen}$ of each run",
              "tau_mem": r"$\tau_\mathrm{mem}$ of each run"}
     extra += [Line2D([], [], ls="none", color="0.3", mec="0.3", mfc="0.3" if k == "tau_bias" else "white",

@@ -157,17 +157,25 @@ def test_split_pairs_section_holds_each_pair_with_its_timescales(pair_experiment
     rows = {r["run"]: r for r in read_csv(root / "summary.csv")}
     lines = {line.split(" | ")[0].lstrip("| "): line for line in section.splitlines() if line.startswith("| n0")}
     assert set(lines) == {p.pair for p in planted}
+    header = [c.strip() for c in next(line for line in section.splitlines() if line.startswith("| pair")).strip(
+        "|").split("|")]
+    levels = [f"tau_bias_at_{h[len('bias = '):]}" for h in header if h.startswith("bias = ")]
+    assert levels == ["tau_bias_at_0.05", "tau_bias_at_0.1"]  # eval.bias_levels' default
     for p in planted:
         a, b = rows[p.run_a.name], rows[p.run_b.name]
-        cells = [c.strip() for c in lines[p.pair].strip("|").split("|")]
-        assert cells[:4] == [p.pair, str(p.run_a.n), "8", "0"]
-        assert cells[4:9] == [estimate_text(a, "tau_bias"), estimate_text(a, "tau_gen"), estimate_text(b, "tau_gen"),
-                              estimate_text(a, "tau_mem"), estimate_text(b, "tau_mem")]
+        cells = dict(zip(header, (c.strip() for c in lines[p.pair].strip("|").split("|"))))
+        assert [cells[h] for h in ("pair", "N", "W", "seed")] == [p.pair, str(p.run_a.n), "8", "0"]
+        assert [cells[h] for h in header[4:]] == (
+            [estimate_text(a, "tau_bias")] + [estimate_text(a, k) for k in levels]
+            + [estimate_text(m, k) for k in ("tau_gen", "tau_gap", "tau_mem") for m in (a, b)]
+            + [cells["tau_bias < tau_mem"], str(a["pair_evals"])])
+        assert header[4:] == ["tau_bias", "bias = 0.05", "bias = 0.1", "tau_gen (block 0)", "tau_gen (block 1)",
+                              "tau_gap (block 0)", "tau_gap (block 1)", "tau_mem (block 0)", "tau_mem (block 1)",
+                              "tau_bias < tau_mem", "paired evaluations"]
         if p.tau_bias is None:  # never biased in 1e5 steps: a lower bound above tau_mem = 51 200
-            assert cells[4].startswith("> ") and cells[9] == "no"
+            assert cells["tau_bias"].startswith("> ") and cells["tau_bias < tau_mem"] == "no"
         else:  # planted 20 N, well before 100 N
-            assert a["tau_bias_lo"] < p.tau_bias <= a["tau_bias_hi"] and cells[9] == "yes"
-        assert cells[10] == str(a["pair_evals"])
+            assert a["tau_bias_lo"] < p.tau_bias <= a["tau_bias_hi"] and cells["tau_bias < tau_mem"] == "yes"
     law = load_fits(root)["tau_bias_vs_n"].pooled
     assert "`tau_bias_vs_n` | all runs" in section  # only two measured N: a law without an interval
     assert f"{law.exponent:.3f}" in section

@@ -20,7 +20,7 @@ from scipy import stats
 
 from diffmem.analysis.powerlaw import load_fits
 from diffmem.analysis.runfiles import read_csv, read_pairs
-from diffmem.analysis.timescales import tau_bias
+from diffmem.analysis.timescales import TimescaleInputError, tau_bias, tau_bias_level, tau_mem_level
 from diffmem.cli import main
 from diffmem.config import SweepConfig
 from diffmem.data import load_images, make_splits
@@ -125,6 +125,37 @@ def test_tau_bias_censored_and_missing():
     gaps = tau_bias(STEPS, [-0.1, None, -0.1, None, 0.2, 0.3])  # unrecorded evaluations are left out
     assert (gaps.lo, gaps.hi) == (4.0, 16.0)
     assert tau_bias(STEPS, [None] * 6).value is None
+
+
+def test_tau_bias_at_a_level_is_the_crossing_of_the_bias_with_the_interval_of_its_bounds():
+    """Planted bias rising 0.02 -> 0.32 over the grid, interval +-0.02: the 0.05 crossing is the log-time
+    interpolation between 4 and 8, its interval runs from the last evaluation before bias_hi reaches 0.05 (step 2:
+    bias_hi(4) = 0.06) to the first with bias_lo >= 0.05 (step 8)."""
+    bias = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32]
+    est = tau_bias_level(STEPS, bias, [b - 0.02 for b in bias], [b + 0.02 for b in bias], 0.05)
+    u = (0.05 - 0.04) / (0.08 - 0.04)
+    assert not est.censored and est.value == pytest.approx(4 * 2 ** u)
+    assert (est.lo, est.hi) == (2.0, 8.0)
+    # the same rule as f_mem's level crossing, on the same numbers
+    mem = tau_mem_level(STEPS, bias, [b - 0.02 for b in bias], [b + 0.02 for b in bias], 0.05)
+    assert (mem.value, mem.lo, mem.hi, mem.censored) == (est.value, est.lo, est.hi, est.censored)
+
+
+def test_tau_bias_at_a_level_censored_missing_and_refused():
+    flat = [0.01] * 6
+    never = tau_bias_level(STEPS, flat, [0.0] * 6, [0.02] * 6, 0.05)
+    assert never.censored and never.value == never.lo == 32.0 and never.hi is None
+    high = [0.5] * 6
+    already = tau_bias_level(STEPS, high, [0.4] * 6, [0.6] * 6, 0.05)
+    assert already.censored and already.value == already.hi == 1.0 and already.lo is None
+    reached = tau_bias_level(STEPS, [0.0, 0.0, 0.0, 0.0, 0.0, 0.06], [-0.1] * 6, [0.1] * 6, 0.05)
+    assert reached.censored and reached.hi is None  # reached but never established: a lower bound
+    gaps = tau_bias_level(STEPS, [0.0, None, 0.0, 0.1, 0.2, 0.3], [-0.01, None, -0.01, 0.09, 0.19, 0.29],
+                          [0.01, None, 0.01, 0.11, 0.21, 0.31], 0.05)
+    assert (gaps.lo, gaps.hi) == (4.0, 8.0)
+    assert tau_bias_level(STEPS, [None] * 6, [None] * 6, [None] * 6, 0.05).value is None
+    with pytest.raises(TimescaleInputError, match="must be > 0"):
+        tau_bias_level(STEPS, flat, flat, flat, 0.0)
 
 
 def refine_on_planted_bias(steps: list[int], onset: float, checkpoints: list[int], ratio: float) -> list[int]:
@@ -407,6 +438,54 @@ def test_analyze_reads_tau_bias_per_pair_and_fits_its_law(tmp_path):
     law = json.loads((exp / "fits.json").read_text())["tau_bias_vs_n"]
     assert law["n_runs"] == 8 and law["exponent_lo"] < 1.0 < law["exponent_hi"]
     assert abs(law["exponent"] - 1.0) < 0.05
+
+
+def test_analyze_reads_the_bias_level_crossings_per_pair_and_fits_their_laws(tmp_path):
+    """A planted bias that grows linearly in the step, bias = 0.05 step / (40 N), with a +-0.005 interval, on a grid
+    of evaluations 1.2x apart: tau_bias_at_0.05 lies in its interval around 40 N and tau_bias_at_0.1 around 80 N,
+    both in summary.csv; their laws in fits.json have exponents near 1 whose intervals hold 1; eval.bias_levels
+    chooses the levels."""
+    from diffmem.analysis.scaling import analyze
+    from diffmem.analysis.synthetic import paper_tau_gen, paper_tau_mem, write_synthetic_experiment, write_synthetic_run
+    from diffmem.io import append_jsonl
+
+    exp = tmp_path / "exp"
+    planted = write_synthetic_experiment(exp, ns=[128, 256, 512, 1024], widths=[32], seeds=[0, 1],
+                                         steps=lambda n, w: 3000 * n)
+    for run in planted:
+        write_synthetic_run(exp / f"{run.name}_split1", n=run.n, width=run.width, seed=run.seed, steps=3000 * run.n,
+                            tau_gen=paper_tau_gen(run.n, run.width), tau_mem=paper_tau_mem(run.n, run.width))
+    grid = sorted({int(round(10 * 1.2 ** k)) for k in range(80) if 10 * 1.2 ** k <= 3_000_000})
+    for run in planted:
+        for step in grid:
+            b = 0.05 * step / (40.0 * run.n)
+            append_jsonl(exp / PAIRS_FILE, {"pair": run.name, "run_a": run.name, "run_b": run.name + "_split1",
+                                            "n": run.n, "width": run.width, "seed_train": run.seed, "step": step,
+                                            "bias": b, "bias_lo": b - 0.005, "bias_hi": b + 0.005,
+                                            "n_samples": 1000})
+    summary = analyze(exp)
+    for p in summary.pairs:
+        for level, at in ((0.05, 40.0), (0.1, 80.0)):
+            est = p.levels[f"tau_bias_at_{level:g}"]
+            assert not est.censored and est.lo <= at * p.n <= est.hi
+            assert est.value == pytest.approx(at * p.n, rel=0.02)  # log-time interpolation of a line in step
+    rows = {r["run"]: r for r in read_csv(exp / "summary.csv")}
+    assert rows["n00256_w32_s1_split1"]["tau_bias_at_0.1"] == pytest.approx(80 * 256, rel=0.02)
+    assert rows["n00256_w32_s1_split1"]["tau_bias_at_0.05_censored"] is False
+    fits = json.loads((exp / "fits.json").read_text())
+    for level in ("0.05", "0.1"):
+        law = fits[f"tau_bias_at_{level}_vs_n"]
+        assert law["n_runs"] == 8 and law["exponent_lo"] < 1.0 < law["exponent_hi"]
+        assert abs(law["exponent"] - 1.0) < 0.02
+    # the levels are the runs' eval.bias_levels (analysis only: changing it reads other crossings)
+    for config in exp.glob("*/config.json"):
+        stored = json.loads(config.read_text())
+        stored["config"]["eval"]["bias_levels"] = [0.2]
+        config.write_text(json.dumps(stored))
+    again = analyze(exp)
+    assert all(set(p.levels) == {"tau_bias_at_0.2"} for p in again.pairs)
+    assert "tau_bias_at_0.2_vs_n" in json.loads((exp / "fits.json").read_text())
+    assert {"tau_bias_at_0.2_vs_n", "tau_bias_at_0.2_vs_width"} <= set(load_fits(exp))  # the report reads these
 
 
 def test_a_pairs_line_without_its_pair_is_skipped_with_a_warning(tmp_path):

@@ -660,7 +660,7 @@ an experiment with split pairs)."""
 
 def load_fits(path: str | Path) -> dict[str, FitSet]:
     """Read fits.json (or the fits.json of an experiment folder) back into :class:`FitSet` objects (the laws of one
-    variable; level-crossing laws ``tau_mem_at_*`` included)."""
+    variable; level-crossing laws ``tau_mem_at_*`` and ``tau_bias_at_*`` included)."""
     path = Path(path)
     if path.is_dir():
         path = path / "fits.json"
@@ -671,5 +671,5 @@ def load_fits(path: str | Path) -> dict[str, FitSet]:
     if data.get("method_name") != FIT_METHOD:
         raise AnalysisError(f"{path} was written with fit method {data.get('method_name', 'bootstrap over runs')!r} "
                             f"by diffmem {data.get('diffmem_version')}; rerun `diffmem analyze` on its folder")
-    names = [k for k in data if k in FIT_NAMES + EXTRA_FIT_NAMES or k.startswith("tau_mem_at_")]
+    names = [k for k in data if k in FIT_NAMES + EXTRA_FIT_NAMES or k.startswith(("tau_mem_at_", "tau_bias_at_"))]
     return {name: FitSet.from_dict(data[name]) for name in names}

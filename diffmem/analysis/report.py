@@ -119,9 +119,10 @@ def settings_section(records: Sequence[RunRecord]) -> list[str]:
     return lines + [""]
 
 
-def _level_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
-    keys = {k for r in rows for k in r if k.startswith("tau_mem_at_") and not k.endswith(("_lo", "_hi", "_censored"))}
-    return sorted(keys, key=lambda k: float(k[len("tau_mem_at_"):]))
+def _level_keys(rows: Sequence[dict[str, Any]], prefix: str = "tau_mem_at_") -> list[str]:
+    """summary.csv's level-crossing columns with ``prefix`` (f_mem's, or ``tau_bias_at_`` for the bias's), by level."""
+    keys = {k for r in rows for k in r if k.startswith(prefix) and not k.endswith(("_lo", "_hi", "_censored"))}
+    return sorted(keys, key=lambda k: float(k[len(prefix):]))
 
 
 def timescales_section(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -256,22 +257,29 @@ def pairs_section(rows: Sequence[dict[str, Any]], fit_rows: Sequence[list[str]],
     groups = pair_groups(rows)
     if not groups:
         return []
+    levels = _level_keys(rows, "tau_bias_at_")
     table = []
     for pair, members in groups.items():
         a = members[0]
         b = members[1] if len(members) > 1 else {}
-        table.append([pair, a["n"], a["width"], a["seed"], estimate_text(a, "tau_bias"),
-                      estimate_text(a, "tau_gen"), estimate_text(b, "tau_gen"), estimate_text(a, "tau_mem"),
-                      estimate_text(b, "tau_mem"), bias_before_mem(a, members), a.get("pair_evals", "-")])
+        table.append([pair, a["n"], a["width"], a["seed"], estimate_text(a, "tau_bias")]
+                     + [estimate_text(a, k) for k in levels]
+                     + [estimate_text(a, "tau_gen"), estimate_text(b, "tau_gen"), estimate_text(a, "tau_gap"),
+                        estimate_text(b, "tau_gap"), estimate_text(a, "tau_mem"), estimate_text(b, "tau_mem"),
+                        bias_before_mem(a, members), a.get("pair_evals", "-")])
     lines = ["## Split pairs", "",
              "Two runs of one N, W and seed on disjoint train sets (blocks 0 and 1; the pair is named after its "
              "block-0 run). tau_bias: the first evaluation from which the bias ln(d_other / d_own) of their samples "
-             "stays above 0, with its bracket; `tau_bias < tau_mem`: whether its interval lies before both members' "
-             "tau_mem (a biased phase without copies). The definitions are in diffmem's docs/split-pairs.md.", ""]
-    lines += _table(["pair", "N", "W", "seed", "tau_bias", "tau_gen (block 0)", "tau_gen (block 1)",
-                     "tau_mem (block 0)", "tau_mem (block 1)", "tau_bias < tau_mem", "paired evaluations"], table)
+             "stays above 0, with its bracket (when the bias becomes detectable); bias = L: the step at which the "
+             "bias crosses the level L (samples about 100 L % nearer their own set), with the interval of its 95 % "
+             "bounds; `tau_bias < tau_mem`: whether tau_bias's interval lies before both members' tau_mem (a "
+             "detectable bias before any copy; the level crossings against the window say how large it is there). "
+             "The definitions are in diffmem's docs/split-pairs.md.", ""]
+    lines += _table(["pair", "N", "W", "seed", "tau_bias"] + [f"bias = {k[len('tau_bias_at_'):]}" for k in levels]
+                    + ["tau_gen (block 0)", "tau_gen (block 1)", "tau_gap (block 0)", "tau_gap (block 1)",
+                       "tau_mem (block 0)", "tau_mem (block 1)", "tau_bias < tau_mem", "paired evaluations"], table)
     laws = [r for r in fit_rows if r[0].startswith("`tau_bias")]
-    lines += ["", "tau_bias's laws (one point per pair; also under Laws):", ""]
+    lines += ["", "tau_bias's laws and those of its level crossings (one point per pair; also under Laws):", ""]
     lines += (_table(["law", "runs", "x", "exponent [95 %]", "prefactor", "data", "goodness of fit"], laws) if laws
               else ["none fitted (see below)."])
     figure = next((e for e in entries or () if e["name"] == "pairs"), None)
@@ -304,6 +312,12 @@ def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str]
                    if r.get("tau_bias_hi") is None else "an upper bound: established from the first paired "
                    "evaluation on")
             items.append(f"censored: pair `{r['run']}` tau_bias {estimate_text(r, 'tau_bias')} steps ({why})")
+        if r.get("pair") == r["run"]:
+            for key in _level_keys([r], "tau_bias_at_"):
+                if r.get(key) is not None and r.get(f"{key}_censored"):
+                    why = ("a lower bound: not reached, or not established, by the last paired evaluation"
+                           if r.get(f"{key}_hi") is None else "an upper bound: already reached at the first")
+                    items.append(f"censored: pair `{r['run']}` {key} {estimate_text(r, key)} steps ({why})")
         if r.get("state") != "done":
             items.append(f"still training: `{r['run']}` ({r.get('state')}, {steps_text(r.get('steps'))} steps so far)")
     items += [f"not fitted: {line}" for line in not_fitted]

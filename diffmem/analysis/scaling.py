@@ -19,7 +19,7 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, Join
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
                                        write_json)
-from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS
+from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS, EvalConfig
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -71,7 +71,23 @@ PAIR_COLUMNS: tuple[str, ...] = ("pair", "tau_bias", "tau_bias_lo", "tau_bias_hi
 pairs`): both members' rows name their pair (the split-0 run's name) and carry the pair's tau_bias, its interval
 ``tau_bias_lo`` / ``tau_bias_hi`` (the bracket of evaluations: the one before and the one from which the bias stays
 established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``; other runs
-leave them empty."""
+leave them empty. After them come four columns per level L of ``eval.bias_levels`` (:func:`bias_level_columns`):
+``tau_bias_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which the pair's bias crosses L."""
+
+
+def bias_level_name(level: float) -> str:
+    """The name of the level-crossing timescale at bias level ``level`` (a mean log ratio, e.g. 0.05)."""
+    return f"tau_bias_at_{level:g}"
+
+
+def bias_level_columns(levels: Sequence[float]) -> list[str]:
+    """summary.csv's columns of the bias's level crossings, in order."""
+    return [bias_level_name(v) + suffix for v in levels for suffix in ("", "_lo", "_hi", "_censored")]
+
+
+def _level_of(name: str) -> float:
+    """The level of a level-crossing name (``tau_mem_at_0.01`` -> 0.01, ``tau_bias_at_0.05`` -> 0.05)."""
+    return float(name.rsplit("_at_", 1)[1])
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -196,35 +212,49 @@ class PairSummary:
     seed: int
     n_evals: int
     tau_bias: Estimate
+    levels: dict[str, Estimate] = field(default_factory=dict)  # tau_bias_at_L per level L of eval.bias_levels
 
     def estimate(self, quantity: str) -> Estimate:
-        """tau_bias by name (a pair has no other timescale)."""
-        if quantity != "tau_bias":
-            return Estimate(None, None, None, False, f"a split pair has tau_bias, not {quantity}")
-        return self.tau_bias
+        """tau_bias or one of its level crossings by name (a pair has no other timescale)."""
+        if quantity == "tau_bias":
+            return self.tau_bias
+        if quantity in self.levels:
+            return self.levels[quantity]
+        return Estimate(None, None, None, False, f"a split pair has tau_bias and its level crossings, not {quantity}")
 
     def row(self) -> dict[str, Any]:
-        """The :data:`PAIR_COLUMNS` cells of both members' summary.csv rows."""
+        """The :data:`PAIR_COLUMNS` and bias-level cells of both members' summary.csv rows."""
         e = self.tau_bias
-        return {"pair": self.run, "tau_bias": e.value, "tau_bias_lo": e.lo, "tau_bias_hi": e.hi,
-                "tau_bias_censored": e.censored, "pair_evals": self.n_evals}
+        cells = {"pair": self.run, "tau_bias": e.value, "tau_bias_lo": e.lo, "tau_bias_hi": e.hi,
+                 "tau_bias_censored": e.censored, "pair_evals": self.n_evals}
+        for name, est in self.levels.items():
+            cells |= {name: est.value, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_censored": est.censored}
+        return cells
 
 
-def summarize_pairs(lines_by_pair: dict[str, list[dict[str, Any]]]) -> tuple[PairSummary, ...]:
-    """tau_bias of every split pair from its pairs.jsonl lines (:func:`diffmem.analysis.runfiles.read_pairs`: one
-    per step, sorted); a pair whose lines the estimator refuses gets no value, with a warning."""
+def summarize_pairs(lines_by_pair: dict[str, list[dict[str, Any]]],
+                    bias_levels: Mapping[str, Sequence[float]] | None = None) -> tuple[PairSummary, ...]:
+    """tau_bias and its level crossings of every split pair from its pairs.jsonl lines
+    (:func:`diffmem.analysis.runfiles.read_pairs`: one per step, sorted); a pair whose lines the estimator refuses
+    gets no value, with a warning. ``bias_levels``: each pair's levels (its split-0 run's ``eval.bias_levels``), by
+    the pair's id; a pair not in it gets the default's."""
     out = []
     for pair, lines in lines_by_pair.items():
         if not lines:
             continue
         first = lines[0]
+        steps = [float(r["step"]) for r in lines]
+        levels = (bias_levels or {}).get(pair, EvalConfig.bias_levels)
         try:
-            est = timescales.tau_bias([float(r["step"]) for r in lines], [r.get("bias_lo") for r in lines])
+            est = timescales.tau_bias(steps, [r.get("bias_lo") for r in lines])
+            crossings = {bias_level_name(v): timescales.tau_bias_level(
+                steps, [r.get("bias") for r in lines], [r.get("bias_lo") for r in lines],
+                [r.get("bias_hi") for r in lines], v) for v in levels}
         except TimescaleInputError as e:
             warnings.warn(f"pair {pair}: tau_bias not estimated: {e}", stacklevel=2)
-            est = Estimate(None, None, None, False, str(e))
+            est, crossings = Estimate(None, None, None, False, str(e)), {}
         out.append(PairSummary(pair, (str(first.get("run_a")), str(first.get("run_b"))), int(first["n"]),
-                               int(first["width"]), int(first["seed_train"]), len(lines), est))
+                               int(first["width"]), int(first["seed_train"]), len(lines), est, crossings))
     return tuple(out)
 
 
@@ -361,7 +391,7 @@ def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
         "tau_mem_epochs_vs_n": _vs_n(runs, "tau_mem_epochs"),
         "tau_mem_vs_width": _vs_width(runs, "tau_mem"),
     }
-    for name in sorted({name for r in runs for name in r.levels}, key=lambda k: float(k[11:])):
+    for name in sorted({name for r in runs for name in r.levels}, key=_level_of):
         fits[f"{name}_vs_n"] = _vs_n(runs, name)
         fits[f"{name}_vs_width"] = _vs_width(runs, name)
     return fits
@@ -370,8 +400,11 @@ def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
 def fit_pairs(pairs: Sequence[PairSummary]) -> tuple[dict[str, FitSet], dict[str, JointLawFit]]:
     """tau_bias's laws, one point per split pair, by the method of tau_mem's: ``tau_bias_vs_n`` (pooled, and
     ``by_width``), ``tau_bias_vs_width`` (pooled, and ``by_n``) and the joint ``tau_bias_vs_n_and_width``."""
-    return ({"tau_bias_vs_n": _vs_n(pairs, "tau_bias"), "tau_bias_vs_width": _vs_width(pairs, "tau_bias")},
-            {"tau_bias_vs_n_and_width": _fit_joint(pairs, "tau_bias")})
+    fits = {"tau_bias_vs_n": _vs_n(pairs, "tau_bias"), "tau_bias_vs_width": _vs_width(pairs, "tau_bias")}
+    for name in sorted({name for p in pairs for name in p.levels}, key=_level_of):
+        fits[f"{name}_vs_n"] = _vs_n(pairs, name)
+        fits[f"{name}_vs_width"] = _vs_width(pairs, name)
+    return fits, {"tau_bias_vs_n_and_width": _fit_joint(pairs, "tau_bias")}
 
 
 def fit_joint(runs: Sequence[RunSummary]) -> dict[str, JointLawFit]:
@@ -482,7 +515,8 @@ class Summary:
                 lines.append(f"    N={r.n:<6} W={r.width:<4} {c['seeds_in_cell']} seeds  {text}")
         for p in self.pairs:
             lines.append(f"  pair {p.run:<19} N={p.n:<6} W={p.width:<4} {p.n_evals} paired evaluations  "
-                         f"tau_bias={show(p.tau_bias)}")
+                         f"tau_bias={show(p.tau_bias)}"
+                         + "".join(f"  {name}={show(est)}" for name, est in p.levels.items()))
         for name, fs in self.fits.items():
             lines.append(f"  {name}: {fs.pooled.describe()}")
         for name, fit in self.joint.items():
@@ -531,7 +565,8 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     if n_samples is not None:
         pair_lines = {p: [line for line in lines if line.get("n_samples") == n_samples]
                       for p, lines in pair_lines.items()}
-    pairs = kept_pairs(summarize_pairs(pair_lines), runs, experiment_dir)
+    pairs = kept_pairs(summarize_pairs(pair_lines, {r.name: r.config.eval.bias_levels for r in records}), runs,
+                       experiment_dir)
     fits = fit_all(runs)
     joint = fit_joint(runs)
     if pairs:
@@ -540,10 +575,12 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
         joint |= pair_joint
     pair_cells = {member: p.row() for p in pairs for member in p.members}
     notes = tuple(n for n in (sample_count_note(runs),) if n)
-    levels = sorted({float(k[11:]) for r in runs for k in r.levels})
+    levels = sorted({_level_of(k) for r in runs for k in r.levels})
+    bias_levels = sorted({_level_of(k) for p in pairs for k in p.levels})
     seeds = seed_columns(runs)
     summary_csv = write_csv(target / "summary.csv",
-                            SUMMARY_COLUMNS + tuple(level_columns(levels)) + (PAIR_COLUMNS if pairs else ()),
+                            SUMMARY_COLUMNS + tuple(level_columns(levels))
+                            + ((*PAIR_COLUMNS, *bias_level_columns(bias_levels)) if pairs else ()),
                             ({**r.row(), **seeds[r.run], **pair_cells.get(r.run, {})} for r in runs))
     censored = {q: [r.run for r in runs if getattr(r, q).censored] for q in ("tau_mem", "tau_gen")}
     if pairs:

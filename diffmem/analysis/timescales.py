@@ -90,7 +90,12 @@ Definitions (docs/analysis.md copies them):
   bias of an untrained model is a noisy ratio of two nearly equal distances, and its interval leaves 0 by chance at
   single early evaluations, so the first exit alone would date the bias to the first steps; a bias that grows with
   training stays out. Not established at the last evaluation: censored lower bound at the last step. Established
-  from the first evaluation on: censored upper bound at the first step.
+  from the first evaluation on: censored upper bound at the first step. tau_bias dates when the bias becomes
+  *detectable*: the paired design resolves very small biases, so it can come where the bias is still 1e-5.
+- **tau_bias_at_L** (:func:`tau_bias_level`). The step at which the bias first rises to the level ``L``
+  (``eval.bias_levels``, default 0.05 and 0.1: samples about 5 % and 10 % nearer their own train set than the other
+  set), by the rule of tau_mem_at_L (:func:`level_crossing`) on the bias and its 95 % interval. Like f_mem's levels
+  it is a property of the models: more draws narrow its interval around the same step, where tau_bias moves earlier.
 """
 from __future__ import annotations
 
@@ -285,27 +290,37 @@ def tau_mem_level(steps: Sequence[float], f_mem: Sequence[float | None], lo: Seq
     if curves is None:
         return Estimate(None, None, None, False, "no f_mem recorded")
     s, f, f_lo, f_hi, source = curves
-    rule = (f"first log-time crossing of f_mem = {level:g}; interval from the last evaluation before f_mem_hi first "
-            f"reaches {level:g} to the first with f_mem_lo >= {level:g} ({source})")
-    reached = np.flatnonzero(f >= level)
+    return level_crossing(s, f, f_lo, f_hi, level, "f_mem", f"({source})")
+
+
+def level_crossing(s: np.ndarray, y: np.ndarray, y_lo: np.ndarray, y_hi: np.ndarray, level: float, name: str,
+                   source: str = "") -> Estimate:
+    """The step at which a rising measure ``y`` first reaches ``level``, with the interval of the data's 95 % bounds:
+    the rule of tau_mem_at_L (module docstring), shared by every level crossing (f_mem's, the bias's).
+
+    ``s``: optimizer steps, ascending; ``y``, ``y_lo``, ``y_hi``: the measure and its interval at each (finite, one
+    per step); ``name`` and ``source`` only word the rule."""
+    rule = (f"first log-time crossing of {name} = {level:g}; interval from the last evaluation before {name}_hi first "
+            f"reaches {level:g} to the first with {name}_lo >= {level:g}" + (f" {source}" if source else ""))
+    reached = np.flatnonzero(y >= level)
     i = int(reached[0]) if reached.size else None
-    bound = bound_at_an_end(s, i, rule, never=f"f_mem below {level:g} at every evaluation",
-                            already=f"f_mem >= {level:g} already at the first evaluation")
+    bound = bound_at_an_end(s, i, rule, never=f"{name} below {level:g} at every evaluation",
+                            already=f"{name} >= {level:g} already at the first evaluation")
     if bound is not None:
         return bound
-    u = (level - f[i - 1]) / (f[i] - f[i - 1])
+    u = (level - y[i - 1]) / (y[i] - y[i - 1])
     value = _log_between(float(s[i - 1]), float(s[i]), u)
-    j = int(np.flatnonzero(f_hi >= level)[0])  # f_hi >= f, so it reaches the level at i or before
+    j = int(np.flatnonzero(y_hi >= level)[0])  # y_hi >= y, so it reaches the level at i or before
     if j == 0:
         lower = float(s[0])
-        rule += f"; f_mem_hi >= {level:g} already at the first evaluation, interval from it"
+        rule += f"; {name}_hi >= {level:g} already at the first evaluation, interval from it"
     else:
         lower = float(s[j - 1])
-    established = np.flatnonzero(f_lo >= level)
+    established = np.flatnonzero(y_lo >= level)
     if established.size == 0:
         return Estimate(lower, lower, None, True,
-                        f"f_mem reached {level:g} at {value:.4g} but f_mem_lo did not by the last evaluation (lower "
-                        f"bound: the last evaluation before f_mem_hi reached it); {rule}")
+                        f"{name} reached {level:g} at {value:.4g} but {name}_lo did not by the last evaluation (lower "
+                        f"bound: the last evaluation before {name}_hi reached it); {rule}")
     return Estimate(value, lower, float(s[int(established[0])]), False, rule)
 
 
@@ -485,6 +500,24 @@ def tau_bias(steps: Sequence[float], bias_lo: Sequence[float | None]) -> Estimat
         return bound
     value = _log_between(float(s[b - 1]), float(s[b]), 0.5)
     return Estimate(value, float(s[b - 1]), float(s[b]), False, rule)
+
+
+def tau_bias_level(steps: Sequence[float], bias: Sequence[float | None], bias_lo: Sequence[float | None],
+                   bias_hi: Sequence[float | None], level: float) -> Estimate:
+    """The step at which a split pair's bias first rises to ``level`` (tau_bias_at_L; module docstring): the rule of
+    tau_mem_at_L applied to the bias and its 95 % bootstrap interval (pairs.jsonl ``bias``, ``bias_lo``,
+    ``bias_hi``: the mean log ratio of the distances to the other and to the own train set, no unit; None where not
+    recorded). ``level`` > 0, e.g. 0.05: samples about 5 % nearer their own train set than the other."""
+    if not level > 0.0:
+        raise TimescaleInputError(f"level = {level!r} must be > 0 (a mean log ratio), e.g. 0.05")
+    s = _check_steps(steps)
+    y = _as_float_array(bias, s.size, "bias")
+    y_lo = _as_float_array(bias_lo, s.size, "bias_lo")
+    y_hi = _as_float_array(bias_hi, s.size, "bias_hi")
+    keep = np.isfinite(y) & np.isfinite(y_lo) & np.isfinite(y_hi)
+    if not keep.any():
+        return Estimate(None, None, None, False, "no paired evaluation with the bias and its interval recorded")
+    return level_crossing(s[keep], y[keep], y_lo[keep], y_hi[keep], level, "bias")
 
 
 # --- all three from a run's metrics records --------------------------------------------------------------------------
