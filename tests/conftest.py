@@ -2,9 +2,12 @@
 
 * ``celeba_root``: a factory that writes a small CelebA copy in torchvision's layout (see its docstring).
 * every test gets its own $DIFFMEM_CACHE folder, so no test reads or writes the user's ~/.cache/diffmem.
+* under pytest-xdist every worker computes with one CPU thread, and so do the processes it starts
+  (:func:`pytest_configure`).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -68,6 +71,18 @@ def isolated_diffmem_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch
     cache = tmp_path_factory.mktemp("diffmem_cache")
     monkeypatch.setenv("DIFFMEM_CACHE", str(cache))
     return cache
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One compute thread per xdist worker and per process it starts (OMP_NUM_THREADS for subprocesses, torch's
+    thread count here). The suite runs on two workers: two torch processes with a thread per core each oversubscribe
+    2 cores, and OpenMP's waiting threads then slow both by 10-30x (a 15 s training test took 264 s and 482 s in
+    full runs). A test that sets train.num_threads still gets that count inside its run."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

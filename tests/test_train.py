@@ -120,9 +120,11 @@ def test_a_signal_saves_state_exits_0_and_the_rerun_ends_bit_identical(sig, tmp_
     cfg_path = tmp_path / "c.toml"
     cfg_path.write_text("")
     out = tmp_path / "run"
-    # the same thread count in the subprocess and in this process: float reductions depend on it
+    # the same thread count in the subprocess and in this process: float reductions depend on it. One thread: the
+    # suite runs on two xdist workers, and two-thread torch processes beside another worker's oversubscribe 2 cores
+    # (this test took 264 s instead of 15 s in a full run)
     steps = 60  # the signal comes right after step 1 is checkpointed, long before the end
-    overrides = TINY + [f"train.steps={steps}", "eval.inline=false", "train.num_threads=2"]
+    overrides = TINY + [f"train.steps={steps}", "eval.inline=false", "train.num_threads=1"]
     command = [sys.executable, "-m", "diffmem.cli", "train", str(cfg_path), "--out", str(out), "--no-progress",
                *sum((["--set", s] for s in overrides), [])]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
