@@ -74,15 +74,23 @@ def isolated_diffmem_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """One compute thread per xdist worker and per process it starts (OMP_NUM_THREADS for subprocesses, torch's
-    thread count here). The suite runs on two workers: two torch processes with a thread per core each oversubscribe
-    2 cores, and OpenMP's waiting threads then slow both by 10-30x (a 15 s training test took 264 s and 482 s in
-    full runs). A test that sets train.num_threads still gets that count inside its run."""
+    """One compute thread per xdist worker and per process it starts. The suite runs on two workers: two torch
+    processes with a thread per core each oversubscribe 2 cores, and OpenMP's waiting threads then slow both by
+    10-30x (a 15 s training test took 264 s, another 482 s, in full runs). A test that sets train.num_threads still
+    gets that count inside its run.
+
+    Subprocesses get OMP_NUM_THREADS=1, read by torch and the BLAS libraries when they load. In this process they are
+    loaded already (numpy by this file), so torch's count is set directly and the BLAS pools (OpenBLAS under numpy and
+    scipy, whose reductions the FD uses) through threadpoolctl: a test that compares a run trained here with the same
+    run in a subprocess (tests/test_reliability.py, the kill campaign) needs both on the same thread counts, down to
+    the last digit of the FD."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
         import torch
+        from threadpoolctl import threadpool_limits
 
         torch.set_num_threads(1)
+        threadpool_limits(limits=1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
