@@ -50,6 +50,7 @@ from scipy import stats
 from diffmem.analysis.runfiles import (PairRecord, RunRecord, find_run_folders, pair_records, read_csv, read_pairs,
                                        read_run, write_figure_index)
 from diffmem.analysis.powerlaw import FitSet, PowerLawFit, load_fits
+from diffmem.analysis.scaling import level_keys, level_of
 from diffmem.figure_checks import INTERVAL_GID
 from diffmem.io import atomic_write_bytes
 from diffmem.metrics.fid import metric_label
@@ -1159,8 +1160,7 @@ def plot_pairs(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     band: set[str] = set()
     seeded = False
     marks: set[str] = set()
-    bias_levels = sorted({float(k[len("tau_bias_at_"):]) for r in data.rows for k in r
-                          if k.startswith("tau_bias_at_") and not k.endswith(("_lo", "_hi", "_censored"))})
+    bias_levels = [level_of(k) for k in level_keys(data.rows, "tau_bias")]
     for c, w in enumerate(widths):
         column = [axes[k * cols + c] for k in range(len(PAIR_PANELS))]
         of_width = [p for p in pairs if p.width == w]

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from diffmem import __version__
 from diffmem.analysis.powerlaw import GoodnessOfFit, PowerLawFit, load_fits
 from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
+from diffmem.analysis.scaling import level_keys, level_of
 from diffmem.config import EXECUTION_KEYS
 from diffmem.io import atomic_write_text
 
@@ -119,17 +120,11 @@ def settings_section(records: Sequence[RunRecord]) -> list[str]:
     return lines + [""]
 
 
-def _level_keys(rows: Sequence[dict[str, Any]], prefix: str = "tau_mem_at_") -> list[str]:
-    """summary.csv's level-crossing columns with ``prefix`` (f_mem's, or ``tau_bias_at_`` for the bias's), by level."""
-    keys = {k for r in rows for k in r if k.startswith(prefix) and not k.endswith(("_lo", "_hi", "_censored"))}
-    return sorted(keys, key=lambda k: float(k[len(prefix):]))
-
-
 def timescales_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     """One row per run of summary.csv: N, W, seed, state, steps trained and every timescale with its interval."""
-    levels = _level_keys(rows)
+    levels = level_keys(rows)
     header = ["run", "N", "W", "seed", "state", "steps"] + [h for _, h in TIMESCALES]
-    header += [f"tau_mem at f_mem = {k[len('tau_mem_at_'):]}" for k in levels]
+    header += [f"tau_mem at f_mem = {level_of(k):g}" for k in levels]
     table = [[r["run"], r["n"], r["width"], r["seed"], r["state"], steps_text(r["steps"])]
              + [estimate_text(r, k) for k, _ in TIMESCALES] + [estimate_text(r, k) for k in levels] for r in rows]
     return (["## Timescales", "",
@@ -257,7 +252,7 @@ def pairs_section(rows: Sequence[dict[str, Any]], fit_rows: Sequence[list[str]],
     groups = pair_groups(rows)
     if not groups:
         return []
-    levels = _level_keys(rows, "tau_bias_at_")
+    levels = level_keys(rows, "tau_bias")
     table = []
     for pair, members in groups.items():
         a = members[0]
@@ -275,7 +270,7 @@ def pairs_section(rows: Sequence[dict[str, Any]], fit_rows: Sequence[list[str]],
              "bounds; `tau_bias < tau_mem`: whether tau_bias's interval lies before both members' tau_mem (a "
              "detectable bias before any copy; the level crossings against the window say how large it is there). "
              "The definitions are in diffmem's docs/split-pairs.md.", ""]
-    lines += _table(["pair", "N", "W", "seed", "tau_bias"] + [f"bias = {k[len('tau_bias_at_'):]}" for k in levels]
+    lines += _table(["pair", "N", "W", "seed", "tau_bias"] + [f"bias = {level_of(k):g}" for k in levels]
                     + ["tau_gen (block 0)", "tau_gen (block 1)", "tau_gap (block 0)", "tau_gap (block 1)",
                        "tau_mem (block 0)", "tau_mem (block 1)", "tau_bias < tau_mem", "paired evaluations"], table)
     laws = [r for r in fit_rows if r[0].startswith("`tau_bias")]
@@ -296,7 +291,7 @@ def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str]
     whose goodness of fit flags a problem, fits.json's notes, figures skipped (each with its reason)."""
     items = []
     for r in rows:
-        for key in [k for k, _ in TIMESCALES] + _level_keys(rows):
+        for key in [k for k, _ in TIMESCALES] + level_keys(rows):
             if r.get(key) is not None and r.get(f"{key}_censored"):
                 if r.get(f"{key}_hi") is None:
                     why = "a lower bound: not reached by the last evaluation"
@@ -313,7 +308,7 @@ def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str]
                    "evaluation on")
             items.append(f"censored: pair `{r['run']}` tau_bias {estimate_text(r, 'tau_bias')} steps ({why})")
         if r.get("pair") == r["run"]:
-            for key in _level_keys([r], "tau_bias_at_"):
+            for key in level_keys([r], "tau_bias"):
                 if r.get(key) is not None and r.get(f"{key}_censored"):
                     why = ("a lower bound: not reached, or not established, by the last paired evaluation"
                            if r.get(f"{key}_hi") is None else "an upper bound: already reached at the first")

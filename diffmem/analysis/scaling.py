@@ -71,23 +71,8 @@ PAIR_COLUMNS: tuple[str, ...] = ("pair", "tau_bias", "tau_bias_lo", "tau_bias_hi
 pairs`): both members' rows name their pair (the split-0 run's name) and carry the pair's tau_bias, its interval
 ``tau_bias_lo`` / ``tau_bias_hi`` (the bracket of evaluations: the one before and the one from which the bias stays
 established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``; other runs
-leave them empty. After them come four columns per level L of ``eval.bias_levels`` (:func:`bias_level_columns`):
+leave them empty. After them come four columns per level L of ``eval.bias_levels`` (:func:`level_columns` of ``tau_bias``):
 ``tau_bias_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which the pair's bias crosses L."""
-
-
-def bias_level_name(level: float) -> str:
-    """The name of the level-crossing timescale at bias level ``level`` (a mean log ratio, e.g. 0.05)."""
-    return f"tau_bias_at_{level:g}"
-
-
-def bias_level_columns(levels: Sequence[float]) -> list[str]:
-    """summary.csv's columns of the bias's level crossings, in order."""
-    return [bias_level_name(v) + suffix for v in levels for suffix in ("", "_lo", "_hi", "_censored")]
-
-
-def _level_of(name: str) -> float:
-    """The level of a level-crossing name (``tau_mem_at_0.01`` -> 0.01, ``tau_bias_at_0.05`` -> 0.05)."""
-    return float(name.rsplit("_at_", 1)[1])
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -95,14 +80,28 @@ def _rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 1)
 
 
-def level_name(level: float) -> str:
-    """The name of the level-crossing timescale at f_mem level ``level`` (as estimate_run names it)."""
-    return f"tau_mem_at_{level:g}"
+def level_name(level: float, quantity: str = "tau_mem") -> str:
+    """The name of the level-crossing timescale of ``quantity`` at ``level``: ``tau_mem_at_0.01`` (an f_mem level,
+    as estimate_run names it), ``tau_bias_at_0.05`` (a split pair's bias level)."""
+    return f"{quantity}_at_{level:g}"
 
 
-def level_columns(levels: Sequence[float]) -> list[str]:
-    """summary.csv's columns of the level crossings, in order."""
-    return [level_name(v) + suffix for v in levels for suffix in ("", "_lo", "_hi", "_censored")]
+def level_of(name: str) -> float:
+    """The level of a level-crossing name (``tau_mem_at_0.01`` -> 0.01, ``tau_bias_at_0.05`` -> 0.05)."""
+    return float(name.rsplit("_at_", 1)[1])
+
+
+def level_columns(levels: Sequence[float], quantity: str = "tau_mem") -> list[str]:
+    """summary.csv's columns of ``quantity``'s level crossings, in order."""
+    return [level_name(v, quantity) + suffix for v in levels for suffix in ("", "_lo", "_hi", "_censored")]
+
+
+def level_keys(rows: Sequence[dict[str, Any]], quantity: str = "tau_mem") -> list[str]:
+    """The level-crossing timescales of ``quantity`` that summary.csv rows hold (``tau_mem_at_0.01``, ...; their
+    ``_lo``/``_hi``/``_censored`` columns left out), by level."""
+    prefix = f"{quantity}_at_"
+    keys = {k for r in rows for k in r if k.startswith(prefix) and not k.endswith(("_lo", "_hi", "_censored"))}
+    return sorted(keys, key=level_of)
 
 
 # --- one run --------------------------------------------------------------------------------------------------------
@@ -244,12 +243,12 @@ def summarize_pairs(lines_by_pair: dict[str, list[dict[str, Any]]],
             continue
         first = lines[0]
         steps = [float(r["step"]) for r in lines]
+        bias, bias_lo, bias_hi = ([r.get(k) for r in lines] for k in ("bias", "bias_lo", "bias_hi"))
         levels = (bias_levels or {}).get(pair, EvalConfig.bias_levels)
         try:
-            est = timescales.tau_bias(steps, [r.get("bias_lo") for r in lines])
-            crossings = {bias_level_name(v): timescales.tau_bias_level(
-                steps, [r.get("bias") for r in lines], [r.get("bias_lo") for r in lines],
-                [r.get("bias_hi") for r in lines], v) for v in levels}
+            est = timescales.tau_bias(steps, bias_lo)
+            crossings = {level_name(v, "tau_bias"): timescales.tau_bias_level(steps, bias, bias_lo, bias_hi, v)
+                         for v in levels}
         except TimescaleInputError as e:
             warnings.warn(f"pair {pair}: tau_bias not estimated: {e}", stacklevel=2)
             est, crossings = Estimate(None, None, None, False, str(e)), {}
@@ -391,7 +390,7 @@ def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
         "tau_mem_epochs_vs_n": _vs_n(runs, "tau_mem_epochs"),
         "tau_mem_vs_width": _vs_width(runs, "tau_mem"),
     }
-    for name in sorted({name for r in runs for name in r.levels}, key=_level_of):
+    for name in sorted({name for r in runs for name in r.levels}, key=level_of):
         fits[f"{name}_vs_n"] = _vs_n(runs, name)
         fits[f"{name}_vs_width"] = _vs_width(runs, name)
     return fits
@@ -401,7 +400,7 @@ def fit_pairs(pairs: Sequence[PairSummary]) -> tuple[dict[str, FitSet], dict[str
     """tau_bias's laws, one point per split pair, by the method of tau_mem's: ``tau_bias_vs_n`` (pooled, and
     ``by_width``), ``tau_bias_vs_width`` (pooled, and ``by_n``) and the joint ``tau_bias_vs_n_and_width``."""
     fits = {"tau_bias_vs_n": _vs_n(pairs, "tau_bias"), "tau_bias_vs_width": _vs_width(pairs, "tau_bias")}
-    for name in sorted({name for p in pairs for name in p.levels}, key=_level_of):
+    for name in sorted({name for p in pairs for name in p.levels}, key=level_of):
         fits[f"{name}_vs_n"] = _vs_n(pairs, name)
         fits[f"{name}_vs_width"] = _vs_width(pairs, name)
     return fits, {"tau_bias_vs_n_and_width": _fit_joint(pairs, "tau_bias")}
@@ -575,12 +574,12 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
         joint |= pair_joint
     pair_cells = {member: p.row() for p in pairs for member in p.members}
     notes = tuple(n for n in (sample_count_note(runs),) if n)
-    levels = sorted({_level_of(k) for r in runs for k in r.levels})
-    bias_levels = sorted({_level_of(k) for p in pairs for k in p.levels})
+    levels = sorted({level_of(k) for r in runs for k in r.levels})
+    bias_levels = sorted({level_of(k) for p in pairs for k in p.levels})
     seeds = seed_columns(runs)
     summary_csv = write_csv(target / "summary.csv",
                             SUMMARY_COLUMNS + tuple(level_columns(levels))
-                            + ((*PAIR_COLUMNS, *bias_level_columns(bias_levels)) if pairs else ()),
+                            + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias")) if pairs else ()),
                             ({**r.row(), **seeds[r.run], **pair_cells.get(r.run, {})} for r in runs))
     censored = {q: [r.run for r in runs if getattr(r, q).censored] for q in ("tau_mem", "tau_gen")}
     if pairs:
