@@ -1,7 +1,8 @@
 """An experiment's results, all of them, from the files on disk: the analysis (summary.csv and fits.json:
-:func:`diffmem.analysis.scaling.analyze`), then the figures drawn from those files (:func:`diffmem.plots.make_figures`),
-then the report page that links them (:func:`diffmem.analysis.report.write_report`). ``diffmem analyze`` and the demo
-call it; the analysis itself never draws.
+:func:`diffmem.analysis.scaling.analyze`), then the figures drawn from those files
+(:func:`diffmem.figures.make_figures`), then the report page that links them
+(:func:`diffmem.analysis.report.write_report`). ``diffmem analyze`` and the demo call it; the analysis itself never
+draws.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from diffmem.analysis.report import write_report
 from diffmem.analysis.scaling import Summary, analyze
-from diffmem.plots import make_figures
+from diffmem.figures import make_figures
 
 
 def write_results(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | Path | None = None,

@@ -5,7 +5,7 @@ atomically (``diffmem.evaluate`` at every evaluation; ``diffmem.analysis.synthet
 pixels, for images of S x S: every image becomes a tile of (S + 2) x (S + 2) (a 1-pixel frame: red
 :data:`COPY_FRAME` for a memorized sample, grey :data:`OTHER_FRAME` for the others, white around the training images),
 tiles are separated by 1 white pixel, and the rows alternate: up to :data:`GRID_COLUMNS` samples, then the nearest
-training image of each right below it. The galleries of ``diffmem.plots`` show these files as they are.
+training image of each right below it. The galleries of ``diffmem.figures`` show these files as they are.
 """
 from __future__ import annotations
 

@@ -287,8 +287,8 @@ def test_pairs_then_kill_and_rerun_then_analyze(trained, tmp_path, capsys):
     assert set(load_fits(exp)) >= {"tau_bias_vs_n", "tau_bias_vs_width"}
     # the figures and the report page of real pairs (docs/split-pairs.md: the figures and the report page)
     from diffmem.analysis.report import report_text
-    from diffmem.figure_checks import figure_problems
-    from diffmem.plots import make_figures
+    from diffmem.figures import make_figures
+    from diffmem.figures.checks import figure_problems
 
     figures = {r.name: r for r in make_figures(exp)}
     assert figures["pairs"].skipped is None

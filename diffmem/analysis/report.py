@@ -2,7 +2,7 @@
 
 Markdown that GitHub and any editor show as it is. Every number comes from the experiment's own files: the settings
 from the runs' ``config.json``, the timescales from ``summary.csv``, the laws from ``fits.json``, the figures and
-galleries from ``figures/index.json`` (:data:`diffmem.analysis.runfiles.FIGURE_INDEX`, written by diffmem.plots;
+galleries from ``figures/index.json`` (:data:`diffmem.analysis.runfiles.FIGURE_INDEX`, written by diffmem.figures;
 links are relative, so the page works wherever the folder is copied). Sections:
 
 1. settings: the config the runs share, section by section, and what varies between them (N, W, seed, steps, ...);

@@ -349,7 +349,7 @@ def read_json(path: str | Path) -> Any:
 
 FIGURE_INDEX = "index.json"
 """The file in ``<experiment>/figures/`` that lists the figures of the last drawing: one entry per figure,
-``{"name": ..., "files": [file names in figures/], "skipped": reason or null}`` (written by diffmem.plots, read by
+``{"name": ..., "files": [file names in figures/], "skipped": reason or null}`` (written by diffmem.figures, read by
 diffmem.analysis.report)."""
 
 

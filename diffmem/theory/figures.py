@@ -20,7 +20,8 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from diffmem.analysis.runfiles import read_csv, read_json
 from diffmem.analysis.powerlaw import PowerLawFit
-from diffmem.plots import STYLE, draw_fit, n_colors, new_figure, save_figure
+from diffmem.figures.laws import draw_fit
+from diffmem.figures.style import STYLE, n_colors, new_figure, save_figure
 
 TAU_LABEL = r"training time $\tau = k\,\eta / d^2$"
 

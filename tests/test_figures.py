@@ -1,5 +1,5 @@
 """Figures from files on disk: every figure is written (PNG + PDF, non-empty) or skipped with a reason, and every
-figure drawn passes the mechanical readability checks of diffmem.figure_checks."""
+figure drawn passes the mechanical readability checks of diffmem.figures.checks."""
 from __future__ import annotations
 
 import shutil
@@ -11,8 +11,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from diffmem import plots
-from diffmem.figure_checks import INTERVAL_GID, figure_problems
+from diffmem.figures import PlotError, load_experiment_files, make_figures
+from diffmem.figures.checks import INTERVAL_GID, figure_problems
+from diffmem.figures.curves import CELL_MEAN_STYLE, SEED_STYLE, mean_over_seeds
+from diffmem.figures.gallery import gallery_steps, grid_steps, usable_timescales
+from diffmem.figures.laws import plot_width
+from diffmem.figures.loss_gap import plot_loss_gap
+from diffmem.figures.phase import classify_phase, f_mem_at, memorizing_at
+from diffmem.figures.window import plot_window, quality_label
 from diffmem.analysis import analyze
 from diffmem.results import write_results
 from diffmem.analysis.runfiles import read_csv
@@ -51,14 +57,14 @@ def test_figures_without_data_are_skipped_with_a_reason(tmp_path):
     write_synthetic_experiment(tmp_path, [64, 256], widths=[16], steps=50_000, n_evals=12, record_fid=False,
                                record_losses=False, tau_gen=lambda n, w: 2e3, tau_mem=lambda n, w: 30.0 * n)
     analyze(tmp_path)
-    data = plots.load_experiment_files(tmp_path)
+    data = load_experiment_files(tmp_path)
     out = tmp_path / "figures"
     out.mkdir()
-    width = plots.plot_width(data, out)
+    width = plot_width(data, out)
     assert width.skipped and "one width" in width.skipped and not width.files
-    loss = plots.plot_loss_gap(data, out)
+    loss = plot_loss_gap(data, out)
     assert loss.skipped and "loss" in loss.skipped
-    window = plots.plot_window(data, 16, out)  # f_mem only: still drawn
+    window = plot_window(data, 16, out)  # f_mem only: still drawn
     assert window.skipped is None and all(p.stat().st_size > 0 for p in window.files)
 
 
@@ -68,9 +74,9 @@ def test_quality_axis_label_names_the_extractor(tmp_path):
     inception = write_synthetic_run(tmp_path / "s", n=32, width=8, steps=1000, tau_gen=100, tau_mem=300, n_evals=8)
     from diffmem.analysis.runfiles import read_run
 
-    assert plots._quality_label([read_run(run.path)]) == "FD (diffmem-randconv-v1)"
-    assert plots._quality_label([read_run(inception.path)]) == "FID"
-    assert "mixed" in plots._quality_label([read_run(run.path), read_run(inception.path)])
+    assert quality_label([read_run(run.path)]) == "FD (diffmem-randconv-v1)"
+    assert quality_label([read_run(inception.path)]) == "FID"
+    assert "mixed" in quality_label([read_run(run.path), read_run(inception.path)])
 
 
 @pytest.mark.e2e
@@ -79,32 +85,32 @@ def test_phase_classification_and_interpolation(experiment):
     from diffmem.analysis.runfiles import read_run
 
     record = read_run(root / "n00128_w32_s0")
-    assert plots.f_mem_at(record, 1.0) == record.series("f_mem")[0]
-    assert plots.f_mem_at(record, 1e9) is None
-    assert plots.f_mem_at(record, 9e5) > 0.5  # planted tau_mem = 300 * 128
+    assert f_mem_at(record, 1.0) == record.series("f_mem")[0]
+    assert f_mem_at(record, 1e9) is None
+    assert f_mem_at(record, 9e5) > 0.5  # planted tau_mem = 300 * 128
     # classify_phase(tau, last_step, memorizing, tau_gen, tau_gen_is_bound)
-    assert plots.classify_phase(10, None, False, 5) == "not trained that long"
-    assert plots.classify_phase(20, 15, True, 5) == "not trained that long"
-    assert plots.classify_phase(10, 15, True, 5) == "memorizing"
-    assert plots.classify_phase(10, 15, False, 5) == "generalizing"
-    assert plots.classify_phase(1, 15, False, 5) == "learning (before tau_gen)"
-    assert plots.classify_phase(1, 15, False, None) == "not memorizing (tau_gen unconfirmed)"
-    assert plots.classify_phase(10, 15, False, 5, tau_gen_is_bound=True) == "not memorizing (tau_gen unconfirmed)"
+    assert classify_phase(10, None, False, 5) == "not trained that long"
+    assert classify_phase(20, 15, True, 5) == "not trained that long"
+    assert classify_phase(10, 15, True, 5) == "memorizing"
+    assert classify_phase(10, 15, False, 5) == "generalizing"
+    assert classify_phase(1, 15, False, 5) == "learning (before tau_gen)"
+    assert classify_phase(1, 15, False, None) == "not memorizing (tau_gen unconfirmed)"
+    assert classify_phase(10, 15, False, 5, tau_gen_is_bound=True) == "not memorizing (tau_gen unconfirmed)"
     # memorizing by tau_mem's rule (the default) or by an f_mem threshold
-    data = plots.load_experiment_files(root)
+    data = load_experiment_files(root)
     (row,) = [r for r in data.rows if r["run"] == "n00128_w32_s0"]
-    assert not plots.memorizing_at(data, [row], row["tau_mem"] * 0.9)
-    assert plots.memorizing_at(data, [row], row["tau_mem"] * 1.1)
-    assert plots.memorizing_at(data, [row], 9e5, threshold=0.5)
-    assert not plots.memorizing_at(data, [row], 1.0, threshold=0.01)
+    assert not memorizing_at(data, [row], row["tau_mem"] * 0.9)
+    assert memorizing_at(data, [row], row["tau_mem"] * 1.1)
+    assert memorizing_at(data, [row], 9e5, threshold=0.5)
+    assert not memorizing_at(data, [row], 1.0, threshold=0.01)
     (never,) = [r for r in data.rows if r["run"] == "n04096_w32_s0"]
-    assert not plots.memorizing_at(data, [never], 1e9)
+    assert not memorizing_at(data, [never], 1e9)
 
 
 def test_figures_need_the_summary(tmp_path):
     write_synthetic_run(tmp_path / "r", n=32, width=8, steps=1000, tau_gen=100, tau_mem=300, n_evals=8)
-    with pytest.raises(plots.PlotError, match="diffmem analyze"):
-        plots.make_figures(tmp_path)
+    with pytest.raises(PlotError, match="diffmem analyze"):
+        make_figures(tmp_path)
 
 
 # --- mechanical checks of every figure (issue #29, item 5) ----------------------------------------------------------
@@ -170,7 +176,7 @@ def test_the_committed_reference_experiment_drawn_by_todays_code_passes_the_mech
     source = Path(__file__).resolve().parents[1] / "results" / "cpu_digits_2"
     root = tmp_path / source.name
     shutil.copytree(source, root, ignore=shutil.ignore_patterns("figures", "checkpoints", "*.pt"))
-    drawn = plots.make_figures(root)
+    drawn = make_figures(root)
     assert {r.name for r in drawn if r.skipped} == {"pairs"}
     problems = []
     for result in drawn:
@@ -257,7 +263,7 @@ def test_mean_over_seeds_is_the_mean_with_its_t_interval(tmp_path):
     runs = write_synthetic_experiment(tmp_path, [64], widths=[8], seeds=[0, 1, 2], steps=20_000, n_evals=16,
                                       tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 2000.0)
     records = [read_run(r.path) for r in runs]
-    cell = plots.mean_over_seeds(records, "f_mem")
+    cell = mean_over_seeds(records, "f_mem")
     values = np.array([rec.series("f_mem") for rec in records])
     assert cell.seeds == 3
     assert np.array_equal(cell.steps, records[0].steps)  # the seeds share their evaluation steps
@@ -265,7 +271,7 @@ def test_mean_over_seeds_is_the_mean_with_its_t_interval(tmp_path):
     half = stats.t.ppf(0.975, 2) * values.std(axis=0, ddof=1) / np.sqrt(3)
     assert np.allclose(cell.hi - cell.mean, half) and np.allclose(cell.mean - cell.lo, half)
     assert (half[-3:] > 0).all() and (half[:3] == 0).all()  # seeds differ once they copy, agree at 0 before
-    single = plots.mean_over_seeds(records[:1], "f_mem")
+    single = mean_over_seeds(records[:1], "f_mem")
     assert single.seeds == 1 and single.lo is None and np.allclose(single.mean, values[0])
 
 
@@ -275,11 +281,11 @@ def test_seeded_cells_draw_each_seed_thin_and_the_mean_bold(n_sweep):
     whose y data is the mean of the seeds' f_mem; the band over seeds is marked as an interval."""
     root, summary = n_sweep
     figures = {r.name: r.figure for r in summary.figures if r.figure is not None}
-    data = plots.load_experiment_files(root)
+    data = load_experiment_files(root)
     for name, axes_index in (("window_w08", 1), ("collapse", 0)):
         ax = figures[name].axes[axes_index]
-        thin = [ln for ln in ax.get_lines() if ln.get_linewidth() == plots.SEED_STYLE["lw"]]
-        bold = [ln for ln in ax.get_lines() if ln.get_linewidth() == plots.CELL_MEAN_STYLE["lw"]]
+        thin = [ln for ln in ax.get_lines() if ln.get_linewidth() == SEED_STYLE["lw"]]
+        bold = [ln for ln in ax.get_lines() if ln.get_linewidth() == CELL_MEAN_STYLE["lw"]]
         assert len(thin) == 4 * 3 and len(bold) == 4, name
         for n, line in zip(sorted(data.ns), bold):
             records = [data.records[r["run"]] for r in data.rows if r["n"] == n]
@@ -297,14 +303,14 @@ def test_gallery_steps_pick_one_grid_per_phase():
     row = {"tau_gen": 900.0, "tau_gen_lo": 400.0, "tau_gen_hi": 1000.0, "tau_mem": 9000.0, "tau_mem_lo": 8000.0,
            "tau_mem_hi": 16000.0}
     # log-middle of [1, 400] is 20 -> 10; of [900, 9000] is 2846 -> 4000 (|ln 4000/2846| = 0.340 < |ln 2000/2846|)
-    assert plots.gallery_steps(steps, row) == {"before tau_gen": 10, "inside the window": 4000,
+    assert gallery_steps(steps, row) == {"before tau_gen": 10, "inside the window": 4000,
                                                "after tau_mem": 16000}
-    assert plots.gallery_steps(steps[:-1], row)["after tau_mem"] is None  # last grid 8000 < tau_mem_hi
+    assert gallery_steps(steps[:-1], row)["after tau_mem"] is None  # last grid 8000 < tau_mem_hi
     empty = {**row, "tau_mem": 800.0, "tau_mem_hi": 1000.0}
-    assert plots.gallery_steps(steps, empty)["inside the window"] is None  # tau_mem <= tau_gen: no window
-    assert plots.usable_timescales(row) is None
-    assert "censored" in plots.usable_timescales({**row, "tau_mem_censored": True, "tau_mem_hi": None})
-    assert plots.usable_timescales({**row, "tau_gen": None}) == "no tau_gen"
+    assert gallery_steps(steps, empty)["inside the window"] is None  # tau_mem <= tau_gen: no window
+    assert usable_timescales(row) is None
+    assert "censored" in usable_timescales({**row, "tau_mem_censored": True, "tau_mem_hi": None})
+    assert usable_timescales({**row, "tau_gen": None}) == "no tau_gen"
 
 
 @pytest.fixture(scope="module")
@@ -343,7 +349,7 @@ def test_gallery_shows_the_stored_grids_before_inside_and_after(gallery_experime
     never = results["gallery_n01024_w08"]
     assert never.skipped and "tau_mem is censored" in never.skipped and "\n" not in never.skipped
     assert "skipped gallery_n01024_w08: " in summary.format()
-    data = plots.load_experiment_files(root)
+    data = load_experiment_files(root)
     for name, run in (("gallery_n00064_w08", "n00064_w08_s0"), ("gallery_n00256_w08", "n00256_w08_s1")):
         result = results[name]
         assert result.skipped is None and [p.name for p in result.files] == [f"{name}.png", f"{name}.pdf"]
@@ -351,7 +357,7 @@ def test_gallery_shows_the_stored_grids_before_inside_and_after(gallery_experime
         assert run in result.figure.get_suptitle()  # N = 256's seed 0 has no grids: seed 1 is shown
         (row,) = [r for r in data.rows if r["run"] == run]
         record = data.records[run]
-        chosen = plots.gallery_steps(plots.grid_steps(record), row)
+        chosen = gallery_steps(grid_steps(record), row)
         assert chosen["before tau_gen"] < row["tau_gen"] <= chosen["inside the window"] <= row["tau_mem"]
         assert chosen["after tau_mem"] == record.steps[-1]
         for ax, (phase, step) in zip(result.figure.axes, chosen.items()):

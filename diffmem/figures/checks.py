@@ -10,11 +10,11 @@
 - an axis label or title that sticks out of the figure (cut off in the file);
 - a text that writes a code name of the suite (``tau_gen``, ``f_mem_lo``, ...) in plain letters instead of as
   mathematics (``$\\tau_\\mathrm{gen}$``), as a legend entry copied from a dictionary key would;
-- ``expect_intervals`` and no interval drawn: plots marks every interval it draws (error bars, 95 % bands) with the
-  artist gid :data:`INTERVAL_GID`; a marked artist counts when it is visible.
+- ``expect_intervals`` and no interval drawn: diffmem.figures marks every interval it draws (error bars, 95 % bands)
+  with the artist gid :data:`INTERVAL_GID`; a marked artist counts when it is visible.
 
-Used by tests/test_plots.py on every figure of `diffmem analyze`; also usable on any Figure, e.g.
-``figure_problems(result.figure)`` for a :class:`diffmem.plots.FigureResult`.
+Used by tests/test_figures.py on every figure of `diffmem analyze`; also usable on any Figure, e.g.
+``figure_problems(result.figure)`` for a :class:`diffmem.figures.FigureResult`.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 INTERVAL_GID = "interval"
-"""The gid that diffmem.plots gives every artist that draws an interval (error bar or band)."""
+"""The gid that diffmem.figures gives every artist that draws an interval (error bar or band)."""
 
 
 def drawn_tick_labels(axis: Any, renderer: Any) -> list[Any]:
