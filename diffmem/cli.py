@@ -265,11 +265,15 @@ def cmd_pairs(args) -> int:
 
 
 def cmd_analyze(args) -> int:
+    from diffmem.paired_evaluation import unevaluated_pairs_note
     from diffmem.results import write_results
 
     summary = write_results(args.experiment_dir, figures=not args.no_figures, out_dir=args.out,
                             n_samples=args.n_samples)
     print(summary.format())
+    note = unevaluated_pairs_note(args.experiment_dir)
+    if note:
+        print(note)
     return 0
 
 
@@ -313,6 +317,7 @@ def _key_values(items: list[str], flag: str) -> tuple[tuple[str, str], ...]:
 
 def cmd_sweep(args) -> int:
     from diffmem.cluster.base import ClusterOptions
+    from diffmem.paired_evaluation import sweep_pairs_hint
     from diffmem.rundir import require_folder
     from diffmem.sweep import run_sweep
 
@@ -329,6 +334,9 @@ def cmd_sweep(args) -> int:
     report = run_sweep(cfg, sweep, out, options, eval_separately=args.eval_separately, dry_run=args.dry_run,
                        progress=not args.no_progress, wait=args.wait)
     print(report.format())
+    hint = sweep_pairs_hint(sweep.splits, out)
+    if hint:
+        print(hint)
     return 1 if report.failed or report.cancelled else 0
 
 

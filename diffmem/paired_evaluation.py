@@ -20,10 +20,11 @@ be training: only their checkpoints are read (written atomically), never their l
 """
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -115,6 +116,36 @@ def recorded_lines(path: str | Path) -> dict[tuple[str, str], list[dict[str, Any
         if isinstance(r, dict) and {"run_a", "run_b", "step"} <= set(r):
             lines.setdefault((r["run_a"], r["run_b"]), []).append(r)
     return lines
+
+
+def sweep_pairs_hint(splits: Sequence[int], experiment_dir: str | Path) -> str | None:
+    """The line `diffmem sweep` ends with when its grid trains split pairs (``sweep.splits`` holds blocks 0 and 1):
+    their paired evaluation is a second command, which the sweep does not run (it may return while the runs are
+    queued, and the pairs can be evaluated while they train). None for a grid without pairs."""
+    if not set(PAIR_SPLITS) <= set(splits):
+        return None
+    folder = shlex.quote(str(experiment_dir))
+    return (f"split pairs: next `diffmem pairs {folder}` (both members of each pair sampled from the same noise -> "
+            f"{PAIRS_FILE}; it can run while they train, rerun it once they are done for the new steps and "
+            f"tau_bias's refinement), then `diffmem analyze {folder}`")
+
+
+def unevaluated_pairs_note(experiment_dir: str | Path) -> str | None:
+    """One line for `diffmem analyze` when the experiment folder holds split pairs (:func:`find_pairs`) some of which
+    have no line in pairs.jsonl: how many, and the command that evaluates them. None when every pair has paired
+    evaluations or the folder holds no split pair."""
+    experiment = Path(experiment_dir)
+    try:
+        pairs = find_pairs(experiment)
+    except PairError:
+        return None
+    recorded = recorded_lines(experiment / PAIRS_FILE)
+    missing = [p for p in pairs if (p.a.path.name, p.b.path.name) not in recorded]
+    if not missing:
+        return None
+    folder = shlex.quote(str(experiment))
+    return (f"{len(missing)} of {len(pairs)} split pair(s) have no paired evaluation in {PAIRS_FILE} (no bias, no "
+            f"tau_bias): run `diffmem pairs {folder}`, then `diffmem analyze {folder}` again")
 
 
 def _f_mem_at(run: RunDir, step: int) -> float | None:

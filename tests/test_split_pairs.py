@@ -497,3 +497,45 @@ def test_a_pairs_line_without_its_pair_is_skipped_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="skipped line 4"):
         assert read_pairs(tmp_path) == {"n00004_w08_s0": good}
 
+
+
+# --- where the user is told of `diffmem pairs` ------------------------------------------------------------------------
+
+def test_a_sweep_with_split_pairs_ends_by_naming_diffmem_pairs(tmp_path, capsys):
+    """docs/split-pairs.md: the paired evaluation is a second command, named by the sweep (here its dry run)."""
+    config = tmp_path / "grid.toml"
+    config.write_text("")
+    exp = tmp_path / "my exp"
+    assert main(["sweep", str(config), "--cluster", "debug", "--dry-run", "--out", str(exp), "--no-progress",
+                 *sets(GRID)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("split pairs: next `diffmem pairs ") and f"`diffmem analyze '{exp}'`" in last
+    assert main(["sweep", str(config), "--cluster", "debug", "--dry-run", "--out", str(exp), "--no-progress",
+                 *sets([*GRID, "sweep.splits=[0]"])]) == 0
+    assert "diffmem pairs" not in capsys.readouterr().out
+
+
+def test_analyze_names_diffmem_pairs_while_split_pairs_lack_paired_evaluations(tmp_path, capsys):
+    from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
+    from diffmem.io import append_jsonl
+
+    exp = tmp_path / "exp"
+    planted = write_synthetic_experiment(exp, ns=[128, 256], widths=[32], steps=lambda n, w: 3000 * n, n_evals=8)
+    for run in planted:  # each run's twin, on train block 1 as `diffmem sweep` trains it with sweep.splits = [0, 1]
+        twin = write_synthetic_run(exp / f"{run.name}_split1", n=run.n, width=run.width, steps=3000 * run.n,
+                                   tau_gen=run.tau_gen, tau_mem=run.tau_mem, n_evals=8)
+        stored = json.loads((twin.path / "config.json").read_text())
+        stored["config"]["data"]["subset_index"] = 1
+        (twin.path / "config.json").write_text(json.dumps(stored))
+    assert main(["analyze", str(exp), "--no-figures"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "diffmem pairs" in line]
+    assert notes == [f"2 of 2 split pair(s) have no paired evaluation in {PAIRS_FILE} (no bias, no tau_bias): run "
+                     f"`diffmem pairs {exp}`, then `diffmem analyze {exp}` again"]
+    for line in planted_pair_lines(planted[0].name, 128, 32, 0, 1000.0, [100, 1000, 10000]):
+        append_jsonl(exp / PAIRS_FILE, line)
+    assert main(["analyze", str(exp), "--no-figures"]) == 0
+    assert "1 of 2 split pair(s) have no paired evaluation" in capsys.readouterr().out
+    for line in planted_pair_lines(planted[1].name, 256, 32, 0, 1000.0, [100, 1000, 10000]):
+        append_jsonl(exp / PAIRS_FILE, line)
+    assert main(["analyze", str(exp), "--no-figures"]) == 0
+    assert "diffmem pairs" not in capsys.readouterr().out
