@@ -25,8 +25,12 @@ VERBS = {
     "status": "where every run of an experiment folder stands: step, f_mem, FID, state, job ids, logs",
     "bench": "time training steps, DDIM sampling or one evaluation; the last output line is one JSON object",
     "theory": "the random-features model of the paper: exact dynamics, spectrum, timescales over psi_n",
-    "coverage": "the fit interval's coverage study: planted power laws reported as 1.2x brackets, both methods",
+    "coverage": "the fit interval's coverage study: planted power laws reported as brackets of the grids sweeps use",
 }
+
+
+GRID_NAMES = ("independent", "shared", "paper", "suite")
+"""The grids of `diffmem coverage` (diffmem.analysis.coverage.GRIDS; named here so the parser needs no import)."""
 
 
 def _positive_int(text: str) -> int:
@@ -209,12 +213,19 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--quick", action="store_true", help="a small sweep for a smoke test (d = 40, two psi_n, "
                    "one seed, no real-feature spectrum)")
     p = sub.add_parser("coverage", help=VERBS["coverage"], description=VERBS["coverage"])
-    p.add_argument("--n-sim", type=_positive_int, default=2000,
-                   help="simulated experiments per setting (default 2000; the table in docs/analysis.md)")
+    p.add_argument("--n-sim", type=_positive_int, default=1000,
+                   help="simulated experiments per setting (default 1000; the tables in docs/analysis.md)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulations (default 0)")
     p.add_argument("--grid-ratio", type=float, default=1.2,
-                   help="ratio of consecutive evaluation steps that bracket each tau (default 1.2)")
-    p.add_argument("--no-bootstrap", action="store_true", help="leave out the previous bootstrap method (faster)")
+                   help="ratio of consecutive evaluation steps of the independent and shared grids (default 1.2)")
+    p.add_argument("--refine-ratio", type=float, default=1.1,
+                   help="the refined settings' eval.refine_ratio: brackets narrowed to this factor (default 1.1)")
+    p.add_argument("--grids", default=",".join(GRID_NAMES),
+                   help="comma-separated evaluation grids to study: " + ", ".join(GRID_NAMES) + " (default: all)")
+    p.add_argument("--study", choices=("laws", "joint", "levels", "all"), default="all",
+                   help="which table: the laws of one variable, the joint law of N and W, the level-crossing laws, "
+                   "or all three (default)")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="processes that simulate settings (default 1)")
     return parser
 
 
@@ -388,16 +399,33 @@ def cmd_theory(args) -> int:
 
 
 def cmd_coverage(args) -> int:
-    from diffmem.analysis.coverage import format_table, run_setting, settings
+    from diffmem.analysis import coverage
 
-    if not 1 < args.grid_ratio < float("inf"):  # NaN fails this too
-        raise ValueError(f"--grid-ratio {args.grid_ratio} must be a finite number > 1 (e.g. 1.2: evaluations 1.2x "
-                         "apart)")
-    results = []
-    for s in settings(grid_ratio=args.grid_ratio):
-        results.append(run_setting(s, args.n_sim, args.seed, bootstrap=not args.no_bootstrap))
-    print(f"{args.n_sim} simulated experiments per setting, seed {args.seed}, brackets {args.grid_ratio:g}x apart")
-    print(format_table(results))
+    for flag, value in (("--grid-ratio", args.grid_ratio), ("--refine-ratio", args.refine_ratio)):
+        if not 1 < value < float("inf"):  # NaN fails this too
+            raise ValueError(f"{flag} {value} must be a finite number > 1 (e.g. 1.2: evaluations 1.2x apart)")
+    grids = [g.strip() for g in args.grids.split(",") if g.strip()]
+    unknown = [g for g in grids if g not in coverage.GRIDS]
+    if unknown or not grids:
+        raise ValueError(f"--grids {args.grids!r}: each must be one of {', '.join(coverage.GRIDS)}")
+    ratios = dict(grid_ratio=args.grid_ratio, refine_ratio=args.refine_ratio)
+    print(f"{args.n_sim} simulated experiments per setting, seed {args.seed}, continuous grids {args.grid_ratio:g}x "
+          f"apart, refined to {args.refine_ratio:g}x")
+    if args.study in ("laws", "all"):
+        results = coverage.run_all(coverage.settings(grids=grids, **ratios), coverage.run_setting, args.n_sim,
+                                   args.seed, args.jobs)
+        print("\nLaws of one variable (planted exponents 0, 0.5, 1):\n" + coverage.format_table(results))
+        print(coverage.coverage_summary(results))
+    if args.study in ("joint", "all"):
+        joint = coverage.run_all(coverage.joint_settings(grids=grids, **ratios), coverage.run_joint_setting,
+                                 args.n_sim, args.seed, args.jobs)
+        print("\nThe joint law tau ~ N^a W^b:\n" + coverage.format_joint_table(joint))
+    if args.study in ("levels", "all"):
+        levels = coverage.run_all(coverage.level_settings(grids=grids, **ratios), coverage.run_level_setting,
+                                  args.n_sim, args.seed, args.jobs)
+        print(f"\nLevel crossings (tau_mem_at_{coverage.LEVEL:g} from planted f_mem curves, exponent 1):\n"
+              + coverage.format_level_table(levels))
+        print(coverage.coverage_summary(levels))
     return 0
 
 

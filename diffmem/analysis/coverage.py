@@ -1,163 +1,487 @@
 """The coverage study of the fit interval (`diffmem coverage`): how often a 95 % interval for an exponent holds the
-exponent that was planted, over many simulated experiments shaped like ours.
+exponent that was planted, over many simulated experiments evaluated the way sweeps really are.
 
 One simulated experiment (:func:`simulate_experiment`): ``n_x`` values of x doubling from 16; at each, ``seeds`` runs
-whose true ``tau = 1000 * (x / 16) ** exponent * exp(scatter * e)`` with ``e`` standard normal (log-normal run-to-run
+whose true ``tau = tau0 * (x / 16) ** exponent * exp(scatter * e)`` with ``e`` standard normal (log-normal run-to-run
 scatter; ``scatter`` is the standard deviation of ``ln tau``, 0.05 ~ 5 %). Each tau is then *reported* the way the
-suite reports tau_mem: as the bracket ``[g_j, g_{j+1}]`` of a log-spaced evaluation grid with ratio ``grid_ratio``
-(1.2: consecutive evaluations 1.2x apart) that contains it, with the bracket's log-midpoint as the value. The grid's
-phase is drawn uniformly per x and shared by the seeds of that x (runs of one N share their evaluation steps).
+suite reports tau_mem: as the bracket of consecutive evaluation steps that contains it, with the bracket's
+log-midpoint as the value. The evaluation grid (``Setting.grid``) is one of
 
-Per setting the study fits every simulated experiment with
+- ``"independent"``: a log-spaced grid with ratio ``grid_ratio`` whose phase is drawn per x and shared by the seeds
+  of that x (the study of diffmem <= 0.4); tau0 = 1000;
+- ``"shared"``: the same grid with one phase for the whole experiment: every N evaluated at the same steps;
+- ``"paper"``: the official code's 45 checkpoints (``eval.times = "paper"``) with one budget for every N, tau0 drawn
+  log-uniformly per experiment so that every tau lies between 2000 steps and half the last checkpoint;
+- ``"suite"``: the suite's own rule, ``eval.times = 30`` log-spaced steps up to a budget that grows with N,
+  ``max(8000, 300 N)`` (experiments/cpu_digits.toml), tau0 drawn log-uniformly in [200, 2000] per experiment;
 
-- ``t``: :func:`diffmem.analysis.powerlaw.fit_power_law`'s interval (Student t on the cell means), and
-- ``bootstrap``: the interval diffmem used up to 0.3 (:func:`previous_bootstrap_interval`: a percentile bootstrap over
-  runs, each resampled tau drawn log-uniformly within its bracket, one draw per x),
+each without refinement or (``refined``) refined the way ``eval.refine_ratio`` refines a run after training: kept
+checkpoints at most ``refine_ratio`` apart (:func:`diffmem.eval_grid.kept_steps`; every step for the continuous
+grids), the one nearest the bracket's log-midpoint evaluated until the bracket is at most ``refine_ratio`` wide
+(:func:`diffmem.refine.nearest_log_midpoint`).
 
-and reports each method's coverage (the fraction of experiments whose interval holds the planted exponent) and the
-median width of its interval, plus the false-alarm rates of the goodness of fit under the (true) power law: how often
-the lack-of-fit test rejects at the 5 % level where seeds make it possible, and how often the outlier test names a
-cell (both should be at most about 5 %).
+Per setting the study fits every simulated experiment with :func:`diffmem.analysis.powerlaw.fit_power_law`'s
+computation and reports its coverage (the fraction of experiments whose interval holds the planted exponent) and
+median width, beside the plain t interval of diffmem <= 0.4 (:func:`previous_t_interval`: Student t on the residual
+scatter alone) on the same draws, and the false-alarm rates of the goodness of fit under the (true) power law: how
+often the lack-of-fit test rejects at the 5 % level where seeds make it possible, and how often the outlier test
+names a cell (both should be at most about 5 %).
+
+The joint law ``tau = tau0 N^a W^b`` (:func:`run_joint_setting`) and the level-crossing laws
+(:func:`run_level_setting`: planted f_mem curves read by the suite's own ``tau_mem_level``) have studies of their
+own, on the same grids.
 """
 from __future__ import annotations
 
 import math
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
-
 from diffmem.analysis.powerlaw import (bracket_variances, cell_bracket_variance, cell_least_squares, lack_of_fit,
                                        leave_one_out, make_cells)
+from diffmem.analysis.timescales import binomial_interval, tau_mem_level
+from diffmem.eval_grid import evaluation_steps, kept_steps
+from diffmem.refine import nearest_log_midpoint
 
 EXPONENTS: tuple[float, ...] = (0.0, 0.5, 1.0)
 N_XS: tuple[int, ...] = (3, 4, 6, 9)
 SEEDS: tuple[int, ...] = (1, 3)
-SCATTERS: tuple[float, ...] = (0.05, 0.30)
+SCATTERS: tuple[float, ...] = (0.05, 0.15, 0.30)
+GRIDS: tuple[str, ...] = ("independent", "shared", "paper", "suite")
+SUITE_TIMES, SUITE_STEPS_PER_N, SUITE_MIN_STEPS = 30, 300, 8000
+"""The suite's rule as experiments/cpu_digits.toml sets it: 30 log-spaced evaluations up to max(8000, 300 N)."""
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One cell of the study: planted exponent, number of x values, seeds per x, log-normal scatter (sd of ln tau)
-    and the evaluation grid's ratio."""
+    """One cell of the study: planted exponent, number of x values, seeds per x, log-normal scatter (sd of ln tau),
+    the evaluation grid (:data:`GRIDS`), whether brackets are refined, the continuous grids' ratio and the ratio
+    refinement stops at."""
 
     exponent: float
     n_x: int
     seeds: int
     scatter: float
+    grid: str = "independent"
+    refined: bool = False
     grid_ratio: float = 1.2
+    refine_ratio: float = 1.1
 
 
 @dataclass(frozen=True)
 class SettingResult:
-    """Coverage (fraction in [0, 1]) and median interval width of each method, over ``n_sim`` experiments;
-    ``lof_rejection``: fraction of experiments in which the lack-of-fit test rejected at 5 % (None without seeds);
-    ``outlier_flags``: fraction in which the outlier test named a cell (None with 3 x values: no test)."""
+    """Coverage (fraction in [0, 1]) and median interval width (exponent units) of the fit's interval and of the
+    previous plain t interval over ``n_sim`` experiments; ``lof_rejection``: fraction in which the lack-of-fit test
+    rejected at 5 % (None without seeds); ``outlier_flags``: fraction in which the outlier test named a cell (None
+    with 3 x values: no test)."""
 
     setting: Setting
     n_sim: int
-    coverage_t: float
-    width_t: float
-    coverage_bootstrap: float | None
-    width_bootstrap: float | None
+    coverage: float
+    width: float
+    coverage_previous: float
+    width_previous: float
     lof_rejection: float | None
     outlier_flags: float | None = None
+
+
+# --- the grids ------------------------------------------------------------------------------------------------------
+
+def refine_bracket(tau: float, lo: float, hi: float, kept: np.ndarray, ratio: float) -> tuple[float, float]:
+    """The bracket [lo, hi] of ``tau`` narrowed as ``eval.refine_ratio`` narrows it: while it is wider than
+    ``ratio`` and holds a kept step (``kept``: ascending), the one nearest its log-midpoint is evaluated and the
+    bracket keeps the side that holds tau."""
+    while hi / lo > ratio:
+        inside = kept[(kept > lo) & (kept < hi)]
+        if inside.size == 0:
+            break
+        s = float(nearest_log_midpoint(inside.tolist(), lo, hi))
+        lo, hi = (lo, s) if tau < s else (s, hi)
+    return lo, hi
+
+
+def continuous_brackets(ln_tau: np.ndarray, phase: np.ndarray, s: Setting) -> tuple[np.ndarray, np.ndarray]:
+    """(ln lo, ln hi) of each tau on a log grid with ratio ``grid_ratio`` and the given phase (fraction of a step);
+    refined: halved in log until at most ``refine_ratio`` wide (kept checkpoints at every step)."""
+    step = math.log(s.grid_ratio)
+    ln_lo = (np.floor(ln_tau / step - phase) + phase) * step
+    ln_hi = ln_lo + step
+    if s.refined:
+        while step > math.log(s.refine_ratio) + 1e-12:
+            mid = (ln_lo + ln_hi) / 2
+            below = ln_tau < mid
+            ln_lo, ln_hi = np.where(below, ln_lo, mid), np.where(below, mid, ln_hi)
+            step /= 2
+    return ln_lo, ln_hi
+
+
+def step_brackets(tau: np.ndarray, grids: Sequence[np.ndarray], s: Setting) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of each tau among the steps of its run's grid (``grids[i]``: ascending evaluation steps of run i),
+    refined among kept checkpoints when ``s.refined``."""
+    lo, hi = np.empty(tau.size), np.empty(tau.size)
+    kept_of: dict[int, np.ndarray] = {}
+    for i, (t, grid) in enumerate(zip(tau, grids)):
+        j = int(np.clip(np.searchsorted(grid, t, side="right"), 1, grid.size - 1))
+        a, b = float(grid[j - 1]), float(grid[j])
+        if s.refined:
+            key = id(grid)
+            if key not in kept_of:
+                steps = grid.astype(int).tolist()
+                kept_of[key] = np.array(sorted(set(kept_steps(steps, s.refine_ratio)) | set(steps)), dtype=float)
+            a, b = refine_bracket(float(t), a, b, kept_of[key], s.refine_ratio)
+        lo[i], hi[i] = a, b
+    return lo, hi
+
+
+def planted_taus(rng: np.random.Generator, s: Setting, xs: np.ndarray, law: np.ndarray) -> np.ndarray:
+    """True taus of runs at ``xs`` whose law relative to the first x is ``law`` (shape of xs), with tau0 placed by
+    the grid's rule (module docstring) and log-normal scatter."""
+    span = float(law.max() / law.min())
+    if s.grid == "paper":
+        last = float(evaluation_steps("paper", 10 ** 8)[-1])
+        lmin, lmax = math.log(2000.0), math.log(last / 2.0 / span)
+        tau0 = math.exp(rng.uniform(lmin, max(lmin, lmax)))
+    elif s.grid == "suite":
+        tau0 = math.exp(rng.uniform(math.log(200.0), math.log(2000.0)))
+    else:
+        tau0 = 1000.0
+    return tau0 * law * np.exp(s.scatter * rng.standard_normal(xs.size))
+
+
+def report(rng: np.random.Generator, s: Setting, xs: np.ndarray, tau: np.ndarray,
+           budget_x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value, lo, hi) of each tau as the suite reports it on the setting's grid: the bracket and its
+    log-midpoint. ``budget_x``: the N that sets each run's budget for the suite's grid (default ``xs``)."""
+    if s.grid in ("independent", "shared"):
+        keys = np.unique(xs)
+        phase = rng.random(keys.size)[np.searchsorted(keys, xs)] if s.grid == "independent" \
+            else np.full(xs.size, rng.random())
+        ln_lo, ln_hi = continuous_brackets(np.log(tau), phase, s)
+        lo, hi = np.exp(ln_lo), np.exp(ln_hi)
+    else:
+        grids = grids_of(s, xs if budget_x is None else budget_x)
+        lo, hi = step_brackets(tau, grids, s)
+    return np.sqrt(lo * hi), lo, hi
+
+
+def grids_of(s: Setting, budget_x: np.ndarray) -> list[np.ndarray]:
+    """The evaluation steps of each run of a step grid ("paper": one grid for all; "suite": per N)."""
+    if s.grid == "paper":
+        grid = np.array(evaluation_steps("paper", 10 ** 8), dtype=float)
+        return [grid] * budget_x.size
+    cache: dict[float, np.ndarray] = {}
+    out = []
+    for n in budget_x:
+        if n not in cache:
+            budget = max(SUITE_MIN_STEPS, int(SUITE_STEPS_PER_N * n))
+            cache[n] = np.array(evaluation_steps(SUITE_TIMES, budget), dtype=float)
+        out.append(cache[n])
+    return out
 
 
 def simulate_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                           np.ndarray]:
     """(x, tau, tau_lo, tau_hi) of one simulated experiment, each of shape (n_x * seeds,) (module docstring)."""
     x = 16.0 * 2.0 ** np.arange(s.n_x)
-    ln_true = math.log(1000.0) + s.exponent * np.log(x / 16.0)
     xs = np.repeat(x, s.seeds)
-    ln_tau = np.repeat(ln_true, s.seeds) + s.scatter * rng.standard_normal(xs.size)
-    phase = np.repeat(rng.random(s.n_x), s.seeds)
-    step = math.log(s.grid_ratio)
-    j = np.floor(ln_tau / step - phase)
-    ln_lo = (j + phase) * step
-    ln_hi = ln_lo + step
-    return xs, np.exp((ln_lo + ln_hi) / 2), np.exp(ln_lo), np.exp(ln_hi)
+    tau = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
+    value, lo, hi = report(rng, s, xs, tau)
+    return xs, value, lo, hi
 
 
-def t_interval(xs: np.ndarray, tau: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-               ci: float = 0.95) -> tuple[float, float, float, float | None, int]:
+# --- the intervals --------------------------------------------------------------------------------------------------
+
+def fit_interval(xs: np.ndarray, tau: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 ci: float = 0.95) -> tuple[float, float, float, float | None, int]:
     """(exponent, lo, hi, lack-of-fit p or None, cells flagged as outliers) by the computation of
-    ``fit_power_law`` (cells, least squares, t; its goodness of fit)."""
+    ``fit_power_law`` (cells, least squares, the interval with its bracket variance; its goodness of fit)."""
     ly = np.log10(tau)
     cells = make_cells(xs[:, None], ly, [str(i) for i in range(xs.size)])
-    ls = cell_least_squares(cells, ci)
-    k_lo, k_hi = ls.interval(1)
     index = {c.x: i for i, c in enumerate(cells)}
     cell_of = np.array([index[(float(v),)] for v in xs])
     variances = bracket_variances(lo, hi)
+    per_cell = cell_bracket_variance(variances, cell_of, len(cells))
+    ls = cell_least_squares(cells, ci, per_cell)
+    k_lo, k_hi = ls.interval(1)
     lof = lack_of_fit(cells, ls, ly, variances, cell_of)
-    _, outliers = leave_one_out(cells, ci, ["x"], cell_bracket_variance(variances, cell_of, len(cells)))
+    _, outliers = leave_one_out(cells, ci, ["x"], per_cell)
     return float(ls.coef[1]), k_lo, k_hi, (None if lof is None else lof[2]), len(outliers)
 
 
-def previous_bootstrap_interval(xs: np.ndarray, tau: np.ndarray, lo: np.ndarray, hi: np.ndarray, *,
-                                n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> tuple[float, float, float]:
-    """(exponent, lo, hi) by the method of diffmem <= 0.3, kept here only to compare against: least squares of
-    log10 tau on log10 x over the runs; interval = percentiles of ``n_boot`` refits on resamples of the runs with
-    replacement, each resampled tau drawn log-uniformly within its bracket (one draw per distinct x), resamples with
-    a single distinct x dropped."""
-    lx, ly = np.log10(xs), np.log10(tau)
-    llo, lhi = np.log10(lo), np.log10(hi)
-    slope = float(np.polyfit(lx, ly, 1)[0])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, lx.size, size=(n_boot, lx.size))
-    xb = lx[idx]
-    _, group = np.unique(lx, return_inverse=True)
-    u = rng.random((n_boot, group.max() + 1))[:, group][np.arange(n_boot)[:, None], idx]
-    yb = llo[idx] + u * (lhi - llo)[idx]
-    mx, my = xb.mean(axis=1, keepdims=True), yb.mean(axis=1, keepdims=True)
-    sxx = ((xb - mx) ** 2).sum(axis=1)
-    ok = sxx > 1e-12
-    slopes = ((xb - mx) * (yb - my)).sum(axis=1)[ok] / sxx[ok]
-    alpha = 100 * (1 - ci) / 2
-    k_lo, k_hi = np.percentile(slopes, [alpha, 100 - alpha])
-    return slope, float(k_lo), float(k_hi)
+def previous_t_interval(xs: np.ndarray, tau: np.ndarray, ci: float = 0.95) -> tuple[float, float, float]:
+    """(exponent, lo, hi) by the interval of diffmem <= 0.4, kept here only to compare against: Student t with
+    cells - 2 df on the residual scatter of the cell means alone, ``s^2 (X'X)^-1``, blind to the brackets."""
+    cells = make_cells(xs[:, None], np.log10(tau), [str(i) for i in range(xs.size)])
+    ls = cell_least_squares(cells, ci)
+    k_lo, k_hi = ls.interval(1)
+    return float(ls.coef[1]), k_lo, k_hi
 
 
-def run_setting(s: Setting, n_sim: int, seed: int = 0, bootstrap: bool = True) -> SettingResult:
-    """Simulate ``n_sim`` experiments of setting ``s`` (seeded) and measure both methods on each."""
-    rng = np.random.default_rng([seed, int(s.exponent * 1000), s.n_x, s.seeds, int(s.scatter * 1000)])
-    hit_t, width_t, hit_b, width_b, rejected, tested, flagged = 0, [], 0, [], 0, 0, 0
+def setting_rng(seed: int, *parts: float) -> np.random.Generator:
+    """The seeded generator of one setting (reproducible whatever the order settings run in)."""
+    return np.random.default_rng([seed, *(int(round(1000 * p)) + 1000 for p in parts)])
+
+
+def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
+    """Simulate ``n_sim`` experiments of setting ``s`` (seeded) and measure both intervals on each."""
+    rng = setting_rng(seed, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
+    hit, width, hit_prev, width_prev, rejected, tested, flagged = 0, [], 0, [], 0, 0, 0
     for _ in range(n_sim):
         xs, tau, lo, hi = simulate_experiment(rng, s)
-        _, a, b, p, n_out = t_interval(xs, tau, lo, hi)
+        _, a, b, p, n_out = fit_interval(xs, tau, lo, hi)
         flagged += n_out > 0
-        hit_t += a <= s.exponent <= b
-        width_t.append(b - a)
+        hit += a <= s.exponent <= b
+        width.append(b - a)
         if p is not None:
             tested += 1
             rejected += p < 0.05
-        if bootstrap:
-            _, a, b = previous_bootstrap_interval(xs, tau, lo, hi, seed=int(rng.integers(2 ** 31)))
-            hit_b += a <= s.exponent <= b
-            width_b.append(b - a)
-    return SettingResult(s, n_sim, hit_t / n_sim, float(np.median(width_t)),
-                         hit_b / n_sim if bootstrap else None, float(np.median(width_b)) if bootstrap else None,
-                         rejected / tested if tested else None, flagged / n_sim if s.n_x >= 4 else None)
+        _, a, b = previous_t_interval(xs, tau)
+        hit_prev += a <= s.exponent <= b
+        width_prev.append(b - a)
+    return SettingResult(s, n_sim, hit / n_sim, float(np.median(width)), hit_prev / n_sim,
+                         float(np.median(width_prev)), rejected / tested if tested else None,
+                         flagged / n_sim if s.n_x >= 4 else None)
 
 
 def settings(exponents: Sequence[float] = EXPONENTS, n_xs: Sequence[int] = N_XS, seeds: Sequence[int] = SEEDS,
-             scatters: Sequence[float] = SCATTERS, grid_ratio: float = 1.2) -> list[Setting]:
-    """Every combination, in the order of the table."""
-    return [Setting(k, n, m, sc, grid_ratio) for m in seeds for sc in scatters for n in n_xs for k in exponents]
+             scatters: Sequence[float] = SCATTERS, grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True),
+             grid_ratio: float = 1.2, refine_ratio: float = 1.1) -> list[Setting]:
+    """Every combination, in the order of the table (a row per grid, refinement, seeds, scatter, x values; the
+    exponents side by side)."""
+    return [Setting(k, n, m, sc, g, r, grid_ratio, refine_ratio)
+            for g in grids for r in refined for m in seeds for sc in scatters for n in n_xs for k in exponents]
 
 
-def format_table(results: Iterable[SettingResult]) -> str:
-    """A markdown table: one row per setting."""
-    lines = ["| seeds | scatter | x values | exponent | coverage, t | median width, t | coverage, bootstrap "
-             "(<= 0.3) | median width, bootstrap | lack-of-fit rejections at 5 % | outlier flags at 5 % |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+def run_all(todo: Sequence[Setting], run: Callable, n_sim: int, seed: int, jobs: int = 1) -> list:
+    """``run(setting, n_sim, seed)`` for every setting, in ``jobs`` processes (results in the order of ``todo``)."""
+    if jobs <= 1:
+        return [run(s, n_sim, seed) for s in todo]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(run, todo, [n_sim] * len(todo), [seed] * len(todo), chunksize=4))
+
+
+def _percent(values: Iterable[float | None]) -> str:
+    return " / ".join("-" if v is None else f"{100 * v:.1f}" for v in values)
+
+
+def format_table(results: Sequence[SettingResult]) -> str:
+    """A markdown table: a row per grid, refinement, seeds, scatter and x values, the exponents 0 / 0.5 / 1 side by
+    side (coverage in %, median widths in exponent units)."""
+    lines = ["| grid | refined | seeds | scatter | x values | coverage % (exponent 0 / 0.5 / 1) | median width | "
+             "width / previous | previous t: coverage % | lack-of-fit rejections % | outlier flags % |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows: dict[tuple, list[SettingResult]] = {}
     for r in results:
         s = r.setting
-        boot = (f"{100 * r.coverage_bootstrap:.1f} %", f"{r.width_bootstrap:.2f}") if r.coverage_bootstrap is not None \
-            else ("-", "-")
-        lof = f"{100 * r.lof_rejection:.1f} %" if r.lof_rejection is not None else "-"
-        out = f"{100 * r.outlier_flags:.1f} %" if r.outlier_flags is not None else "-"
-        lines.append(f"| {s.seeds} | {100 * s.scatter:.0f} % | {s.n_x} | {s.exponent:g} | "
-                     f"{100 * r.coverage_t:.1f} % | {r.width_t:.2f} | {boot[0]} | {boot[1]} | {lof} | {out} |")
+        rows.setdefault((s.grid, s.refined, s.seeds, s.scatter, s.n_x), []).append(r)
+    for (grid, refined, seeds, scatter, n_x), group in rows.items():
+        width = float(np.median([r.width for r in group]))
+        prev = float(np.median([r.width_previous for r in group]))
+        ratio = f"{width / prev:.2f}" if prev > 1e-9 else "-"  # a median of 0: collinear midpoints, no width
+        lines.append(f"| {grid} | {'yes' if refined else 'no'} | {seeds} | {100 * scatter:.0f} % | {n_x} | "
+                     f"{_percent(r.coverage for r in group)} | {width:.3f} | {ratio} | "
+                     f"{_percent(r.coverage_previous for r in group)} | "
+                     f"{_percent(r.lof_rejection for r in group)} | {_percent(r.outlier_flags for r in group)} |")
     return "\n".join(lines)
+
+
+# --- the joint law --------------------------------------------------------------------------------------------------
+
+JOINT_LAYOUTS: dict[str, tuple[tuple[float, float], ...]] = {
+    "cross": ((32, 8), (64, 8), (128, 8), (256, 8), (64, 16), (64, 32)),
+    "full": tuple((n, w) for n in (32, 64, 128) for w in (8, 16, 32)),
+}
+"""Cells (N, W) of the joint-law study: "cross" is the reference experiment's grid (an N axis at W = 8 and a width
+axis at N = 64, results/cpu_digits_2), "full" every (N, W) of 3 x 3."""
+JOINT_EXPONENTS: tuple[tuple[float, float], ...] = ((1.0, -1.0), (0.0, -1.0))
+"""(a, b) of tau ∝ N^a W^b: the paper's tau_mem and tau_gen."""
+
+
+@dataclass(frozen=True)
+class JointSetting:
+    """One cell of the joint study: planted (a, b), the (N, W) layout, seeds, scatter, grid and refinement."""
+
+    exponents: tuple[float, float]
+    layout: str
+    seeds: int
+    scatter: float
+    grid: str = "shared"
+    refined: bool = False
+    grid_ratio: float = 1.2
+    refine_ratio: float = 1.1
+
+    def as_setting(self) -> Setting:
+        return Setting(0.0, 0, self.seeds, self.scatter, self.grid, self.refined, self.grid_ratio, self.refine_ratio)
+
+
+@dataclass(frozen=True)
+class JointResult:
+    """Coverage of each exponent (N's, W's) and of both at once, and median widths, over ``n_sim`` experiments."""
+
+    setting: JointSetting
+    n_sim: int
+    coverage: tuple[float, float]
+    coverage_both: float
+    width: tuple[float, float]
+    coverage_previous: tuple[float, float]
+
+
+def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult:
+    """Simulate ``n_sim`` experiments of the joint law (taus placed as the single-variable study places them,
+    brackets from the setting's grid; the suite's budget grows with N) and fit each as ``fit_joint_law`` does."""
+    a_true, b_true = s.exponents
+    cells = np.array(JOINT_LAYOUTS[s.layout], dtype=float)
+    xs = np.repeat(cells, s.seeds, axis=0)
+    rng = setting_rng(seed, a_true, b_true, len(cells), s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
+    law = (xs[:, 0] / 32.0) ** a_true * (xs[:, 1] / 8.0) ** b_true
+    setting = s.as_setting()
+    hits, both, widths, hits_prev = np.zeros(2), 0, [], np.zeros(2)
+    for _ in range(n_sim):
+        tau = planted_taus(rng, setting, xs[:, 0], law)
+        value, lo, hi = report(rng, setting, xs[:, 0] * 100 + xs[:, 1], tau, budget_x=xs[:, 0])
+        fitted = make_cells(xs, np.log10(value), [str(i) for i in range(len(xs))])
+        index = {c.x: i for i, c in enumerate(fitted)}
+        cell_of = np.array([index[tuple(float(v) for v in row)] for row in xs])
+        per_cell = cell_bracket_variance(bracket_variances(lo, hi), cell_of, len(fitted))
+        ls = cell_least_squares(fitted, 0.95, per_cell)
+        prev = cell_least_squares(fitted, 0.95)
+        inside = []
+        for j, truth in enumerate((a_true, b_true)):
+            k_lo, k_hi = ls.interval(j + 1)
+            inside.append(k_lo <= truth <= k_hi)
+            widths.append((j, k_hi - k_lo))
+            p_lo, p_hi = prev.interval(j + 1)
+            hits_prev[j] += p_lo <= truth <= p_hi
+        hits += inside
+        both += all(inside)
+    width = tuple(float(np.median([w for j, w in widths if j == i])) for i in (0, 1))
+    return JointResult(s, n_sim, (hits[0] / n_sim, hits[1] / n_sim), both / n_sim, width,
+                       (hits_prev[0] / n_sim, hits_prev[1] / n_sim))
+
+
+def joint_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True), seeds: Sequence[int] = SEEDS,
+                   scatters: Sequence[float] = SCATTERS, grid_ratio: float = 1.2,
+                   refine_ratio: float = 1.1) -> list[JointSetting]:
+    """Every combination of the joint study, in the order of its table."""
+    return [JointSetting(e, layout, m, sc, g, r, grid_ratio, refine_ratio)
+            for g in grids for r in refined for layout in JOINT_LAYOUTS for m in seeds for sc in scatters
+            for e in JOINT_EXPONENTS]
+
+
+def format_joint_table(results: Sequence[JointResult]) -> str:
+    """A markdown table of the joint study: a row per setting."""
+    lines = ["| grid | refined | cells | seeds | scatter | planted (a, b) | coverage % of a / b / both | "
+             "median width of a / b | previous t: coverage % of a / b |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        s = r.setting
+        lines.append(f"| {s.grid} | {'yes' if s.refined else 'no'} | {s.layout} | {s.seeds} | {100 * s.scatter:.0f} % "
+                     f"| ({s.exponents[0]:g}, {s.exponents[1]:g}) | {_percent((*r.coverage, r.coverage_both))} | "
+                     f"{r.width[0]:.3f} / {r.width[1]:.3f} | {_percent(r.coverage_previous)} |")
+    return "\n".join(lines)
+
+
+# --- the level crossings --------------------------------------------------------------------------------------------
+
+LEVEL = 0.1
+LEVEL_SAMPLES = 1000
+LEVEL_RISE = 2.0
+"""The level study's planted curve: f_mem = LEVEL * (s / tau_L) ** LEVEL_RISE (capped at 1), read at each
+evaluation as Binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES with its binomial interval."""
+
+
+def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_level: float) -> tuple[float, float,
+                                                                                                     float] | None:
+    """(value, lo, hi) of tau_mem_at_LEVEL read by the suite's estimator from a planted f_mem curve crossing LEVEL
+    at ``tau_level`` and sampled at ``steps``; None when the estimate is censored."""
+    f = np.minimum(LEVEL * (steps / tau_level) ** LEVEL_RISE, 1.0)
+    observed = rng.binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES
+    f_lo, f_hi = binomial_interval(observed, LEVEL_SAMPLES)
+    est = tau_mem_level(steps.tolist(), observed.tolist(), f_lo.tolist(), f_hi.tolist(), LEVEL)
+    if est.censored or est.lo is None or est.hi is None:
+        return None
+    return est.value, est.lo, est.hi
+
+
+def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
+    """The study of one setting for a level-crossing law: each run's f_mem curve is planted (crossing LEVEL at its
+    tau) and evaluated at the setting's grid (refined settings: every kept checkpoint evaluated, as a dense grid),
+    tau_mem_at_LEVEL read with its interpolated value and its interval, then fitted as every law is. Experiments with
+    a censored run are drawn again."""
+    rng = setting_rng(seed, 7, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
+    hit, width, hit_prev, width_prev = 0, [], 0, []
+    x = 16.0 * 2.0 ** np.arange(s.n_x)
+    xs = np.repeat(x, s.seeds)
+    done = 0
+    while done < n_sim:
+        tau = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
+        rows = [planted_level_crossing(rng, steps, t) for steps, t in zip(level_grids(rng, s, xs), tau)]
+        if any(r is None for r in rows):
+            continue
+        value, lo, hi = (np.array(v, dtype=float) for v in zip(*rows))
+        _, a, b, _, _ = fit_interval(xs, value, lo, hi)
+        hit += a <= s.exponent <= b
+        width.append(b - a)
+        _, a, b = previous_t_interval(xs, value)
+        hit_prev += a <= s.exponent <= b
+        width_prev.append(b - a)
+        done += 1
+    return SettingResult(s, n_sim, hit / n_sim, float(np.median(width)), hit_prev / n_sim,
+                         float(np.median(width_prev)), None, None)
+
+
+def level_grids(rng: np.random.Generator, s: Setting, xs: np.ndarray) -> list[np.ndarray]:
+    """The evaluated steps of each run for the level study: the continuous grids as steps ``1000 * ratio ** (j +
+    phase)`` over a wide span, the step grids as the suite evaluates them; refined: with every kept checkpoint."""
+    if s.grid in ("independent", "shared"):
+        ratio = s.refine_ratio if s.refined else s.grid_ratio
+        j = np.arange(-80, 160)
+        keys = np.unique(xs)
+        phases = rng.random(keys.size) if s.grid == "independent" else np.full(keys.size, rng.random())
+        by_x = {k: 1000.0 * ratio ** (j + p) for k, p in zip(keys, phases)}
+        return [by_x[v] for v in xs]
+    grids = grids_of(s, xs)
+    if not s.refined:
+        return grids
+    out, cache = [], {}
+    for grid in grids:
+        if id(grid) not in cache:
+            steps = grid.astype(int).tolist()
+            cache[id(grid)] = np.array(sorted(set(kept_steps(steps, s.refine_ratio)) | set(steps)), dtype=float)
+        out.append(cache[id(grid)])
+    return out
+
+
+def level_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True), seeds: Sequence[int] = SEEDS,
+                   scatters: Sequence[float] = SCATTERS, n_xs: Sequence[int] = (4, 6),
+                   grid_ratio: float = 1.2, refine_ratio: float = 1.1) -> list[Setting]:
+    """The level-crossing study's settings (planted exponent 1, the law of tau_mem), in the order of its table."""
+    return [Setting(1.0, n, m, sc, g, r, grid_ratio, refine_ratio)
+            for g in grids for r in refined for m in seeds for sc in scatters for n in n_xs]
+
+
+def format_level_table(results: Sequence[SettingResult]) -> str:
+    """A markdown table of the level study: a row per setting."""
+    lines = ["| grid | refined | seeds | scatter | x values | coverage % | median width | previous t: coverage % | "
+             "previous t: median width |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        s = r.setting
+        lines.append(f"| {s.grid} | {'yes' if s.refined else 'no'} | {s.seeds} | {100 * s.scatter:.0f} % | {s.n_x} | "
+                     f"{100 * r.coverage:.1f} | {r.width:.3f} | {100 * r.coverage_previous:.1f} | "
+                     f"{r.width_previous:.3f} |")
+    return "\n".join(lines)
+
+
+def coverage_summary(results: Sequence[SettingResult]) -> str:
+    """One line: the lowest and highest coverage of the fit's interval over the results, and of the previous one."""
+    cov = [r.coverage for r in results]
+    prev = [r.coverage_previous for r in results]
+    return (f"fit interval: coverage {100 * min(cov):.1f}-{100 * max(cov):.1f} % over {len(results)} settings; "
+            f"previous t interval: {100 * min(prev):.1f}-{100 * max(prev):.1f} %")
+
+
+__all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
+           "previous_t_interval", "run_setting", "run_joint_setting", "run_level_setting", "settings",
+           "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
+           "coverage_summary", "run_all"]

@@ -9,12 +9,21 @@ The method (docs/analysis.md, "Fits", copies this and gives its coverage study):
   estimate, e.g. tau_mem's log-time bracket midpoint).
 - **Fit.** Ordinary least squares of the cell means on ``log10 x`` (one column per variable), all cells weighted
   equally.
-- **Interval.** Student t with ``df = cells - parameters`` degrees of freedom on the residual scatter of the cell
-  means: ``exponent +- t(0.975, df) * se``. The scatter of a cell mean holds everything that moves it: run-to-run
-  (seed) scatter and the coarseness of the evaluation grid that brackets each tau; both are estimated from the data,
-  which is why it needs no model of either. With ``df = 0`` (as many cells as parameters) there is no interval.
-  Its coverage was measured by simulation (:mod:`diffmem.analysis.coverage`): planted laws, 3-9 x values, 1 and 3
-  seeds sharing an evaluation grid per x, log-normal scatter 5 % and 30 %, tau reported as its 1.2x bracket.
+- **Interval.** Student t with ``df = cells - parameters`` degrees of freedom, on a variance that knows the
+  measurement's resolution (:func:`cell_least_squares`). Each tau is known only within its interval [lo, hi] (its
+  bracket); taken as uniform in log10 it has the variance ``(log10 hi/lo)^2 / 12``, and a cell mean ``v_i``, the sum
+  over its runs divided by runs^2. The residual scatter of the cell means is split into that known part and the
+  scatter beyond the brackets, ``b^2 = max(0, (RSS - sum_i (1 - h_i) v_i) / df)`` (``h_i``: the cell's leverage).
+  With ``b^2 > 0``: ``cov = C diag(b^2 + v) C'`` (``C = (X'X)^-1 X'``) and ``exponent +- t(0.975, df) * se``; when
+  every cell's brackets are alike this is the plain t interval on the residual scatter, and a coarse bracket weighs
+  by its width. With ``b^2 = 0`` (the residuals are no larger than the brackets alone explain) the residuals cannot
+  say how the brackets' errors correlate: on one evaluation grid shared by every x they are the same function of
+  tau, and three or four bracket midpoints can lie almost on a line with the wrong slope. The interval is then the
+  wider of the plain t interval and the normal interval of the brackets' worst case, errors of one sign:
+  ``+- z(0.975) * sum_i |C_ji| sqrt(v_i)``. With ``df = 0`` (as many cells as parameters) there is no interval. Its
+  coverage was measured by simulation (:mod:`diffmem.analysis.coverage`): planted laws, 3-9 x values, 1 and 3
+  seeds, log-normal scatter 5-30 %, each tau reported as its bracket on an evaluation grid drawn per x, shared by
+  every x, the paper's checkpoints or the suite's log-spaced rule, with and without refinement.
 - **Goodness of fit** (:class:`GoodnessOfFit`). With seeds (some cell has >= 2 runs): a lack-of-fit F test of the
   line against free cell means, whose pure error is the seeds' within-cell variance plus each run's bracket
   variance ``(log10 hi/lo)^2 / 12`` (a tau known only within its bracket). With one run per x, lack of fit cannot be
@@ -45,15 +54,19 @@ EXTRA_FIT_NAMES: tuple[str, ...] = ("tau_mem_epochs_vs_n", "tau_mem_vs_width", "
 pairs); loaded when present."""
 
 
-FIT_METHOD = "ols-cell-means-t"
+FIT_METHOD = "ols-cell-means-t-bracket-variance"
 FIT_METHOD_TEXT = ("log10 least squares on cell means (the runs of one x averaged in log10: seeds are replicates); "
-                   "95% interval: Student t with (cells - parameters) degrees of freedom; goodness of fit: lack-of-fit "
-                   "F test against free cell means (pure error: within-cell variance + bracket variance) when seeds "
-                   "exist, and the lines through every run's interval")
+                   "95% interval: Student t with (cells - parameters) degrees of freedom on each cell mean's bracket "
+                   "variance plus the scatter beyond the brackets estimated from the residuals, and where the "
+                   "brackets explain all the scatter at least the normal interval of their worst case (errors of "
+                   "one sign); goodness of fit: lack-of-fit F test against free cell means (pure error: within-cell "
+                   "variance + bracket variance) when seeds exist, and the lines through every run's interval")
 """The fit method's name in fits.json and its one-line description (the module docstring has the whole rule)."""
 
 OLD_FIT_METHOD = "bootstrap-over-runs"
-"""The method of fits written by diffmem <= 0.3 (percentile bootstrap over runs; its coverage: docs/analysis.md)."""
+"""The method of fits written by diffmem <= 0.3 (percentile bootstrap over runs; its coverage: docs/analysis.md).
+diffmem 0.4 wrote "ols-cell-means-t" (the t interval on the residual scatter alone); :func:`load_fits` refuses
+both."""
 
 LACK_OF_FIT_LEVEL = 0.05
 """A law is called inconsistent with its points when the lack-of-fit test's p-value is below this."""
@@ -102,22 +115,49 @@ def make_cells(xs: np.ndarray, ly: np.ndarray, runs: Sequence[str]) -> list[Cell
 
 @dataclass(frozen=True)
 class LeastSquares:
-    """Least squares of cell means on ``[1, log10 x1, log10 x2, ...]``: ``coef`` (intercept, slopes), ``cov`` their
-    covariance (None without degrees of freedom), ``df`` = cells - parameters, ``scatter`` the residual standard
-    deviation of a cell mean in log10 (None when df = 0), ``t`` the two-sided Student-t quantile for the level."""
+    """Least squares of cell means on ``[1, log10 x1, log10 x2, ...]`` and its interval (module docstring,
+    "Interval"): ``coef`` (intercept, slopes); ``cov`` their covariance, read with the two-sided Student-t quantile
+    ``t`` (None without degrees of freedom); ``df`` = cells - parameters; ``scatter`` the residual standard deviation
+    of a cell mean in log10 and ``beyond_brackets`` the part of it that the cells' brackets do not explain (both None
+    when df = 0); ``floor``: when the brackets explain all the residual scatter, the rows ``(C_i..., sd_i)`` of the
+    brackets' worst-case term (``C = (X'X)^-1 X'``, one row per cell, ``sd_i`` its bracket standard deviation), read
+    with the normal quantile ``z``; None otherwise."""
 
     coef: np.ndarray
     cov: np.ndarray | None
     df: int
     scatter: float | None
     t: float | None
+    beyond_brackets: float | None = None
+    floor: np.ndarray | None = None
+    z: float | None = None
+
+    def half_width(self, a: np.ndarray) -> float | None:
+        """The half width (log10) of the interval of ``a @ coef`` (None without one): ``t * sqrt(a' cov a)``, and
+        never less than ``z * sum_i |a' C_i| sd_i`` when the brackets set the floor."""
+        return interval_half_width(a, self.cov, self.t, self.floor, self.z)
 
     def interval(self, j: int) -> tuple[float | None, float | None]:
         """The interval of coefficient ``j`` (0 = log10 prefactor)."""
-        if self.cov is None:
+        a = np.zeros(self.coef.size)
+        a[j] = 1.0
+        half = self.half_width(a)
+        if half is None:
             return None, None
-        half = self.t * math.sqrt(self.cov[j, j])
         return float(self.coef[j] - half), float(self.coef[j] + half)
+
+
+def interval_half_width(a: np.ndarray, cov: np.ndarray | None, t: float | None, floor: np.ndarray | None,
+                        z: float | None) -> float | None:
+    """The half width of the interval of the linear combination ``a`` of a law's coefficients (log10): the t part
+    ``t * sqrt(a' cov a)`` and, where ``floor`` (rows ``(C_i..., sd_i)``) is given, at least the brackets' worst
+    case ``z * sum_i |a' C_i| sd_i``. None without a covariance."""
+    if cov is None or t is None:
+        return None
+    half = t * math.sqrt(max(float(a @ cov @ a), 0.0))
+    if floor is not None and z is not None:
+        half = max(half, z * float(np.abs(floor[:, :-1] @ a) @ floor[:, -1]))
+    return half
 
 
 def design_matrix(cells: Sequence[Cell]) -> np.ndarray:
@@ -125,8 +165,17 @@ def design_matrix(cells: Sequence[Cell]) -> np.ndarray:
     return np.column_stack([np.ones(len(cells)), np.log10([c.x for c in cells])])
 
 
-def cell_least_squares(cells: Sequence[Cell], ci: float) -> LeastSquares | None:
-    """The fit of :class:`LeastSquares`, or None when the design is singular (e.g. one distinct x)."""
+def cell_least_squares(cells: Sequence[Cell], ci: float,
+                       cell_variance: np.ndarray | None = None) -> LeastSquares | None:
+    """The fit of :class:`LeastSquares`, or None when the design is singular (e.g. one distinct x).
+
+    ``cell_variance`` (log10^2, one per cell, :func:`cell_bracket_variance`): the variance each cell mean has from
+    its runs' brackets alone, ``v_i``; None or zeros: no bracket is known, and this is the plain t interval on the
+    residual scatter. Otherwise (module docstring, "Interval") the scatter beyond the brackets is estimated as
+    ``b^2 = max(0, (RSS - sum_i (1 - h_i) v_i) / df)`` (``h_i``: the cell's leverage, so that ``E[RSS] = sum_i
+    (1 - h_i) (b^2 + v_i)``). With ``b^2 > 0``: ``cov = C diag(b^2 + v) C'`` (``C = (X'X)^-1 X'``), read with t;
+    with every ``v_i`` equal it is the plain ``s^2 (X'X)^-1``. With ``b^2 = 0`` (the residuals are no larger than
+    the brackets alone explain): ``cov = s^2 (X'X)^-1`` with t, floored at the brackets' worst case."""
     design = design_matrix(cells)
     y = np.array([c.mean for c in cells])
     if np.linalg.matrix_rank(design) < design.shape[1]:
@@ -136,9 +185,18 @@ def cell_least_squares(cells: Sequence[Cell], ci: float) -> LeastSquares | None:
     if df <= 0:
         return LeastSquares(coef, None, 0, None, None)
     resid = y - design @ coef
-    s2 = float(resid @ resid) / df
-    cov = s2 * np.linalg.inv(design.T @ design)
-    return LeastSquares(coef, cov, df, math.sqrt(s2), float(stats.t.ppf(0.5 + ci / 2, df)))
+    rss = float(resid @ resid)
+    weights = np.linalg.inv(design.T @ design) @ design.T  # C: coefficients = C @ cell means
+    v = np.zeros(len(cells)) if cell_variance is None else np.asarray(cell_variance, dtype=float)
+    leverage = np.einsum("ij,ji->i", design, weights)
+    beyond2 = max(0.0, (rss - float(((1.0 - leverage) * v).sum())) / df)
+    t = float(stats.t.ppf(0.5 + ci / 2, df))
+    if beyond2 > 0 or not v.any():
+        return LeastSquares(coef, (weights * (beyond2 + v)) @ weights.T, df, math.sqrt(rss / df), t,
+                            math.sqrt(beyond2))
+    floor = np.column_stack([weights.T, np.sqrt(v)])
+    return LeastSquares(coef, rss / df * (weights @ weights.T), df, math.sqrt(rss / df), t, 0.0, floor,
+                        float(stats.norm.ppf(0.5 + ci / 2)))
 
 
 def bracket_variances(lo: Sequence[float | None], hi: Sequence[float | None]) -> np.ndarray:
@@ -308,6 +366,16 @@ def cell_bracket_variance(variances: np.ndarray, cell_of: np.ndarray, n_cells: i
     return np.bincount(cell_of, weights=variances, minlength=n_cells) / sizes ** 2
 
 
+def cells_bracket_variance(cells: Sequence[Cell], xs: np.ndarray, kept: Sequence) -> tuple[np.ndarray, np.ndarray,
+                                                                                          np.ndarray]:
+    """(cell index of each run, each run's bracket variance, each cell's bracket variance) of the runs ``kept``
+    (rows of ``xs``) grouped into ``cells``."""
+    index = {c.x: i for i, c in enumerate(cells)}
+    cell_of = np.array([index[tuple(float(v) for v in row)] for row in xs], dtype=int)
+    variances = bracket_variances([p[3] for p in kept], [p[4] for p in kept])
+    return cell_of, variances, cell_bracket_variance(variances, cell_of, len(cells))
+
+
 def slopes_through_intervals(lx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float] | None:
     """The smallest and largest slope k of the lines a + k lx that pass through every interval [lo_i, hi_i] (log10
     units, shape (n,)), by linear programming; None when no line passes."""
@@ -359,6 +427,9 @@ class PowerLawFit:
     t: float | None = None
     cells: tuple[Cell, ...] = ()
     gof: GoodnessOfFit | None = None
+    beyond_brackets: float | None = None
+    floor: tuple[tuple[float, float, float], ...] | None = None
+    z: float | None = None
 
     @property
     def fitted(self) -> bool:
@@ -385,8 +456,9 @@ class PowerLawFit:
         if self.cov is None or self.t is None:
             value = 10 ** center
             return value, value.copy(), value.copy()
-        c00, c01, _, c11 = self.cov
-        half = self.t * np.sqrt(np.maximum(c00 + 2 * c01 * lxq + c11 * lxq ** 2, 0.0))
+        cov = np.array(self.cov).reshape(2, 2)
+        floor = None if self.floor is None else np.array(self.floor)
+        half = np.vectorize(lambda v: interval_half_width(np.array([1.0, v]), cov, self.t, floor, self.z))(lxq)
         return 10 ** center, 10 ** (center - half), 10 ** (center + half)
 
     def to_dict(self) -> dict[str, Any]:
@@ -396,7 +468,9 @@ class PowerLawFit:
             "exponent": self.exponent, "exponent_lo": self.exponent_lo, "exponent_hi": self.exponent_hi,
             "prefactor": self.prefactor, "prefactor_lo": self.prefactor_lo, "prefactor_hi": self.prefactor_hi,
             "method": self.method, "ci": self.ci, "df": self.df, "t": self.t, "scatter_log10": self.scatter,
+            "scatter_beyond_brackets_log10": self.beyond_brackets,
             "cov_log10": list(self.cov) if self.cov else None,
+            "bracket_floor": [list(row) for row in self.floor] if self.floor else None, "z": self.z,
             "n_runs": self.n_runs, "n_x": len({p[1] for p in self.points}),
             "x_min": rng[0] if rng else None, "x_max": rng[1] if rng else None,
             "reason": self.reason, "ci_note": self.ci_note,
@@ -423,7 +497,9 @@ class PowerLawFit:
                 prefactor=d.get("prefactor"), prefactor_lo=d.get("prefactor_lo"),
                 prefactor_hi=d.get("prefactor_hi"), reason=d.get("reason"), ci_note=d.get("ci_note"),
                 ci=float(d.get("ci", 0.95)), method=d.get("method", OLD_FIT_METHOD), df=d.get("df"),
-                scatter=d.get("scatter_log10"),
+                scatter=d.get("scatter_log10"), beyond_brackets=d.get("scatter_beyond_brackets_log10"),
+                floor=tuple(tuple(float(v) for v in row) for row in d["bracket_floor"])
+                if d.get("bracket_floor") else None, z=d.get("z"),
                 cov=tuple(d["cov_log10"]) if d.get("cov_log10") else None, t=d.get("t"),
                 cells=tuple(Cell((float(c[d["x"]]),), tuple(c["runs"]), math.log10(c["geometric_mean"]),
                                  c.get("spread_log10")) for c in d.get("cells", [])),
@@ -464,9 +540,7 @@ def _goodness(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarra
               exponent_ci: tuple[float | None, float | None], one_variable: bool,
               names: Sequence[str]) -> GoodnessOfFit:
     """The goodness of fit of a law fitted to ``cells`` (module docstring)."""
-    index = {c.x: i for i, c in enumerate(cells)}
-    cell_of = np.array([index[tuple(float(v) for v in row)] for row in xs])
-    variances = bracket_variances([p[3] for p in kept], [p[4] for p in kept])
+    cell_of, variances, per_cell = cells_bracket_variance(cells, xs, kept)
     lof = lack_of_fit(cells, ls, ly, variances, cell_of)
     if lof is not None:
         f_stat, dfs, p = lof
@@ -494,7 +568,7 @@ def _goodness(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarra
                                                                                        hi[keep]) is not None:
                     restoring.append(c.label(names))
     k_lo, k_hi = exponent_ci
-    without, outliers = leave_one_out(cells, ci, names, cell_bracket_variance(variances, cell_of, len(cells)))
+    without, outliers = leave_one_out(cells, ci, names, per_cell)
     if one_variable and k_lo is not None:
         influential = [(label, k) for label, k in without if not k_lo <= k <= k_hi]
     return GoodnessOfFit(**test, line_through_intervals=line, slopes_through_intervals=slopes,
@@ -520,7 +594,7 @@ def fit_power_law(quantity: str, x_name: str,
     xs = np.array([[p[1]] for p in kept], dtype=float).reshape(len(kept), 1)
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    ls = cell_least_squares(cells, ci) if len(cells) >= 2 else None
+    ls = cell_least_squares(cells, ci, cells_bracket_variance(cells, xs, kept)[2]) if len(cells) >= 2 else None
     if ls is None:
         return PowerLawFit(**base, cells=tuple(cells),
                            reason=f"fewer than 2 distinct {x_name} values among measured runs "
@@ -534,7 +608,9 @@ def fit_power_law(quantity: str, x_name: str,
                        prefactor=float(10 ** ls.coef[0]),
                        prefactor_lo=None if c_lo is None else float(10 ** c_lo),
                        prefactor_hi=None if c_hi is None else float(10 ** c_hi), ci_note=note,
-                       df=ls.df, scatter=ls.scatter,
+                       df=ls.df, scatter=ls.scatter, beyond_brackets=ls.beyond_brackets,
+                       floor=None if ls.floor is None else tuple(tuple(float(v) for v in row) for row in ls.floor),
+                       z=ls.z,
                        cov=None if ls.cov is None else tuple(float(v) for v in ls.cov.ravel()), t=ls.t,
                        cells=tuple(cells), gof=gof)
 
@@ -561,6 +637,8 @@ class JointLawFit:
     scatter: float | None = None
     cells: tuple[Cell, ...] = ()
     gof: GoodnessOfFit | None = None
+    beyond_brackets: float | None = None
+    floored: bool = False
 
     @property
     def fitted(self) -> bool:
@@ -583,7 +661,9 @@ class JointLawFit:
             "exponents": None if self.exponents is None else dict(zip(self.x_names, self.exponents)),
             "exponents_lo": None if self.exponents_lo is None else dict(zip(self.x_names, self.exponents_lo)),
             "exponents_hi": None if self.exponents_hi is None else dict(zip(self.x_names, self.exponents_hi)),
-            "prefactor": self.prefactor, "df": self.df, "scatter_log10": self.scatter, "reason": self.reason,
+            "prefactor": self.prefactor, "df": self.df, "scatter_log10": self.scatter,
+            "scatter_beyond_brackets_log10": self.beyond_brackets, "interval_floored_by_brackets": self.floored,
+            "reason": self.reason,
             "n_runs": len(self.points),
             "goodness_of_fit": self.gof.to_dict() if self.gof else None,
             "cells": [c.to_dict(self.x_names) for c in self.cells],
@@ -609,7 +689,8 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     xs = np.array([p[1] for p in kept], dtype=float).reshape(len(kept), len(names))
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    ls = cell_least_squares(cells, ci) if len(cells) > len(names) else None
+    ls = (cell_least_squares(cells, ci, cells_bracket_variance(cells, xs, kept)[2]) if len(cells) > len(names)
+          else None)
     if ls is None:
         return JointLawFit(**base, cells=tuple(cells),
                            reason=f"{len(cells)} cells do not determine {len(names)} exponents (each variable must "
@@ -618,7 +699,8 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     gof = _goodness(cells, ls, xs, ly, kept, ci, (None, None), False, names)
     return JointLawFit(**base, exponents=tuple(float(v) for v in ls.coef[1:]),
                        exponents_lo=tuple(e[0] for e in ends), exponents_hi=tuple(e[1] for e in ends),
-                       prefactor=float(10 ** ls.coef[0]), df=ls.df, scatter=ls.scatter, cells=tuple(cells), gof=gof)
+                       prefactor=float(10 ** ls.coef[0]), df=ls.df, scatter=ls.scatter, cells=tuple(cells), gof=gof,
+                       beyond_brackets=ls.beyond_brackets, floored=ls.floor is not None)
 
 
 @dataclass(frozen=True)
