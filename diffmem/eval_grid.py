@@ -5,6 +5,7 @@ Steps are optimizer steps, counted from 1; the last step of a run's budget is al
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -14,14 +15,20 @@ def paper_grid() -> list[int]:
     """The steps at which the official code samples its checkpoints (Experiments/src/Generation/generate.py): 10
     points log-spaced in [251, 1e4] rounded down to multiples of 250, 90 in [1e4, 1e6] and 20 in [1e6, 1e7] rounded
     down to multiples of 5000, merged, and every other one of them kept: 250, 750, 1750, ... 8855000 (45 steps).
-    The paper's figures show these points."""
+    The paper's figures show these points. A new list at each call (computed once)."""
+    return list(_paper_grid_steps())
+
+
+@lru_cache(maxsize=1)
+def _paper_grid_steps() -> tuple[int, ...]:
+    """:func:`paper_grid`'s steps."""
     def floor_to(a: np.ndarray, mod: int) -> np.ndarray:
         return np.unique(a - a % mod)
 
     grid = np.unique(np.hstack((floor_to(np.logspace(np.log10(251), 4, 10), 250),
                                 floor_to(np.logspace(4, 6, 90), 5000),
                                 floor_to(np.logspace(6, 7, 20), 5000))))[::2]
-    return [int(s) for s in grid]
+    return tuple(int(s) for s in grid)
 
 
 def evaluation_steps(times: int | list[int] | str, total_steps: int) -> list[int]:

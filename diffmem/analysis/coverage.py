@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -140,7 +141,7 @@ def planted_taus(rng: np.random.Generator, s: Setting, xs: np.ndarray, law: np.n
     the grid's rule (module docstring) and log-normal scatter."""
     span = float(law.max() / law.min())
     if s.grid == "paper":
-        last = float(evaluation_steps("paper", 10 ** 8)[-1])
+        last = float(step_grid("paper", 10 ** 8)[-1])
         lmin, lmax = math.log(2000.0), math.log(last / 2.0 / span)
         tau0 = math.exp(rng.uniform(lmin, max(lmin, lmax)))
     elif s.grid == "suite":
@@ -169,16 +170,16 @@ def report(rng: np.random.Generator, s: Setting, xs: np.ndarray, tau: np.ndarray
 def grids_of(s: Setting, budget_x: np.ndarray) -> list[np.ndarray]:
     """The evaluation steps of each run of a step grid ("paper": one grid for all; "suite": per N)."""
     if s.grid == "paper":
-        grid = np.array(evaluation_steps("paper", 10 ** 8), dtype=float)
-        return [grid] * budget_x.size
-    cache: dict[float, np.ndarray] = {}
-    out = []
-    for n in budget_x:
-        if n not in cache:
-            budget = max(SUITE_MIN_STEPS, int(SUITE_STEPS_PER_N * n))
-            cache[n] = np.array(evaluation_steps(SUITE_TIMES, budget), dtype=float)
-        out.append(cache[n])
-    return out
+        return [step_grid("paper", 10 ** 8)] * budget_x.size
+    return [step_grid(SUITE_TIMES, max(SUITE_MIN_STEPS, int(SUITE_STEPS_PER_N * n))) for n in budget_x]
+
+
+@lru_cache(maxsize=256)
+def step_grid(times: int | str, budget: int) -> np.ndarray:
+    """:func:`diffmem.eval_grid.evaluation_steps` as floats (cached: read-only, shared by the simulations)."""
+    grid = np.array(evaluation_steps(times, budget), dtype=float)
+    grid.flags.writeable = False
+    return grid
 
 
 def simulate_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -436,7 +437,7 @@ def level_grids(rng: np.random.Generator, s: Setting, xs: np.ndarray) -> list[np
     phase)`` over a wide span, the step grids as the suite evaluates them; refined: with every kept checkpoint."""
     if s.grid in ("independent", "shared"):
         ratio = s.refine_ratio if s.refined else s.grid_ratio
-        j = np.arange(-80, 160)
+        j = np.arange(-30, 90)  # 1000 * ratio ** j spans every planted tau (up to ~4e5) with room below it
         keys = np.unique(xs)
         phases = rng.random(keys.size) if s.grid == "independent" else np.full(keys.size, rng.random())
         by_x = {k: 1000.0 * ratio ** (j + p) for k, p in zip(keys, phases)}

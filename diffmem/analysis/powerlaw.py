@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from diffmem.analysis.runfiles import read_json
 
@@ -165,6 +166,19 @@ def design_matrix(cells: Sequence[Cell]) -> np.ndarray:
     return np.column_stack([np.ones(len(cells)), np.log10([c.x for c in cells])])
 
 
+@lru_cache(maxsize=256)
+def t_quantile(ci: float, df: int) -> float:
+    """The two-sided Student-t quantile of level ``ci`` with ``df`` degrees of freedom (cached: the coverage study
+    asks for the same few thousands of times)."""
+    return float(stats.t.ppf(0.5 + ci / 2, df))
+
+
+@lru_cache(maxsize=16)
+def z_quantile(ci: float) -> float:
+    """The two-sided normal quantile of level ``ci`` (1.96 for 0.95)."""
+    return float(stats.norm.ppf(0.5 + ci / 2))
+
+
 def cell_least_squares(cells: Sequence[Cell], ci: float,
                        cell_variance: np.ndarray | None = None) -> LeastSquares | None:
     """The fit of :class:`LeastSquares`, or None when the design is singular (e.g. one distinct x).
@@ -178,9 +192,9 @@ def cell_least_squares(cells: Sequence[Cell], ci: float,
     the brackets alone explain): ``cov = s^2 (X'X)^-1`` with t, floored at the brackets' worst case."""
     design = design_matrix(cells)
     y = np.array([c.mean for c in cells])
-    if np.linalg.matrix_rank(design) < design.shape[1]:
+    coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+    if rank < design.shape[1]:
         return None
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     df = len(cells) - design.shape[1]
     if df <= 0:
         return LeastSquares(coef, None, 0, None, None)
@@ -190,13 +204,13 @@ def cell_least_squares(cells: Sequence[Cell], ci: float,
     v = np.zeros(len(cells)) if cell_variance is None else np.asarray(cell_variance, dtype=float)
     leverage = np.einsum("ij,ji->i", design, weights)
     beyond2 = max(0.0, (rss - float(((1.0 - leverage) * v).sum())) / df)
-    t = float(stats.t.ppf(0.5 + ci / 2, df))
+    t = t_quantile(ci, df)
     if beyond2 > 0 or not v.any():
         return LeastSquares(coef, (weights * (beyond2 + v)) @ weights.T, df, math.sqrt(rss / df), t,
                             math.sqrt(beyond2))
     floor = np.column_stack([weights.T, np.sqrt(v)])
     return LeastSquares(coef, rss / df * (weights @ weights.T), df, math.sqrt(rss / df), t, 0.0, floor,
-                        float(stats.norm.ppf(0.5 + ci / 2)))
+                        z_quantile(ci))
 
 
 def bracket_variances(lo: Sequence[float | None], hi: Sequence[float | None]) -> np.ndarray:
@@ -347,7 +361,7 @@ def leave_one_out(cells: Sequence[Cell], ci: float, names: Sequence[str],
         unscaled = sub.cov / sub.scatter ** 2 if sub.scatter > 0 else _unscaled_cov(rest)
         se = scatter * math.sqrt(1.0 + float(x0 @ unscaled @ x0))
         t_stat = (c.mean - float(x0 @ sub.coef)) / se
-        p_adj = min(1.0, len(cells) * 2 * float(stats.t.sf(abs(t_stat), sub.df)))
+        p_adj = min(1.0, len(cells) * 2 * float(special.stdtr(sub.df, -abs(t_stat))))  # = t.sf(|t|, df)
         if p_adj < LACK_OF_FIT_LEVEL:
             outliers.append((c.label(names), float(t_stat), p_adj))
     return without, outliers
