@@ -237,8 +237,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     device = resolve_device(cfg.train.device)
     if cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
-    if cfg.eval.inline and cfg.eval.fid and cfg.eval.fid_extractor != "auto":  # fail before anything is written
-        check_extractor(cfg.eval.fid_extractor, cfg.eval.fid_weights)
+    if cfg.eval.inline and cfg.eval.fid and (cfg.eval.fid_extractor != "auto" or cfg.eval.fid_weights):
+        check_extractor(cfg.eval.fid_extractor, cfg.eval.fid_weights)  # fail before anything is written
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
     if cfg.eval.inline:

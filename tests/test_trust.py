@@ -415,32 +415,41 @@ def test_a_damaged_cache_file_is_named_in_one_warning_and_computed_again(damage,
         assert np.isfinite(stored["mu"]).all()
 
 
-def test_a_run_folder_cannot_make_evaluate_unpickle_a_shipped_cache(tmp_path, capsys):
+def test_a_run_folder_cannot_make_evaluate_unpickle_a_shipped_cache_nor_weights(tmp_path, capsys, monkeypatch):
     """config.json's data.cache_dir may point at files shipped inside the run folder: they are read as .npz, so the
-    shipped pickles are never loaded."""
-    from tiny_runs import TINY, sets
+    shipped pickles are never loaded; a crafted --fid-weights file stops `diffmem evaluate` with one line before it
+    writes anything."""
+    from diffmem.data import load_images, make_splits
+    from diffmem.metrics.fid import make_reference_key
+    from tiny_runs import TINY, sets, tiny_config
 
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))  # no Inception weights: "auto" is
+    monkeypatch.delenv(fidmod.WEIGHTS_ENV_VAR, raising=False)                # the offline extractor
     run, marker = tmp_path / "run", tmp_path / "MARKER"
     config = tmp_path / "c.toml"
     config.write_text("")
     shipped = run / "shipped"
     assert main(["train", str(config), "--out", str(run), "--no-progress",
-                 *sets(TINY + ["train.steps=8", "eval.times=[8]", "eval.inline=false",
+                 *sets(TINY + ["train.steps=8", "eval.times=[8]", "eval.inline=false", "eval.fid_extractor=auto",
                                f"data.cache_dir={json.dumps(str(shipped))}"])]) == 0
     # the names torch-fidelity's pickled cache of this run's reference set had
-    from diffmem.data import load_images, make_splits
-    from diffmem.metrics.fid import make_reference_key
-    from tiny_runs import tiny_config
-
     images = load_images(tiny_config().data)
     splits = make_splits(images, tiny_config().data)
     n_ref = len(splits.heldout)
     old = old_cache_name(make_reference_key(images.sha256, n_ref, start=splits.heldout_range[0]), n_ref, 16, 16)
     for name in ("stat-fid-256.pt", "features-256.pt"):
         plant_pickle(shipped / "fid_stats" / f"{old}-{OFFLINE_EXTRACTOR}-{name}", marker)
-    stored = json.loads((run / "config.json").read_text())
+    weights = tmp_path / "weights-inception-2015-12-05-6726825d.pth"
+    torch.save({"fc.weight": Payload(marker)}, weights)
     capsys.readouterr()
-    assert main(["evaluate", str(run), "--device", "cpu"]) == 0, capsys.readouterr().err
+    before = tree(run)
+    assert main(["evaluate", str(run), "--device", "cpu", "--fid-weights", str(weights)]) == 2
+    err = one_line_error(capsys)
+    assert str(weights) in err and "could run code" in err and not marker.exists()
+    assert tree(run) == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "auto" without Inception weights: the offline extractor, with a warning
+        assert main(["evaluate", str(run), "--device", "cpu"]) == 0, capsys.readouterr().err
     assert not marker.exists()
-    assert stored["config"]["data"]["cache_dir"] == str(shipped)
+    assert json.loads((run / "config.json").read_text())["config"]["data"]["cache_dir"] == str(shipped)
     assert list((shipped / "fid_stats").glob("*.npz"))

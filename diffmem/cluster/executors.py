@@ -11,7 +11,9 @@ All three are submitit's (this module only decides when to submit and keeps the 
   local executor does.
 
 A run's jobs (a :class:`~diffmem.cluster.base.Task`) run in order: its evaluation starts only when its training
-succeeded. A failing job does not stop the others; it is reported with its last error line.
+succeeded. A failing job does not stop the others; it is reported with its last error line. What a job did is read
+from the job.json it wrote (:func:`~diffmem.cluster.base.recorded_result`), never from submitit's result pickle, also
+for the jobs this process has just submitted (a debug job's return value and exception are in this process).
 """
 from __future__ import annotations
 
