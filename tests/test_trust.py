@@ -11,7 +11,6 @@ import hashlib
 import json
 import pickle
 import re
-import socket
 import warnings
 from pathlib import Path
 
@@ -26,9 +25,8 @@ from diffmem.jobrecords import (SUBMITIT_DIR, JobRecordError, read_job, read_pla
                                 record_job_start, record_submission)
 from diffmem.metrics import fid as fidmod
 from diffmem.metrics.fid import OFFLINE_EXTRACTOR, FIDWeightsError, build_extractor, check_extractor, fid
-from diffmem.status import experiment_status, format_status, run_status
+from diffmem.status import experiment_status, run_status
 
-HOST = socket.gethostname()
 DEAD_PID = "999999999"  # no process has this id (above Linux's pid_max)
 
 
@@ -80,14 +78,14 @@ def submitted_run(exp: Path, name: str, job_id: str, cluster: str = "local", sta
 
 # --- case 1: job outcomes come from diffmem's JSON records, never from submitit's result pickles ------------------
 
-@pytest.mark.parametrize("cluster, job_id, started, outcome", [
-    ("local", DEAD_PID, False, None),  # submitted, its controller is gone: the old code read the result pickle
-    ("local", DEAD_PID, True, None),  # started, never reported an end
-    ("local", DEAD_PID, True, "failed"),
-    ("slurm", "4242", True, None),  # Slurm cannot be asked here (no scontrol): the records decide
-    ("slurm", "4242_3", False, None),
+@pytest.mark.parametrize("cluster, job_id, started, outcome, state", [
+    ("local", DEAD_PID, False, None, "new"),  # submitted, its controller gone: the old code read the result pickle
+    ("local", DEAD_PID, True, None, "failed"),  # started here, its process gone without reporting an end
+    ("local", DEAD_PID, True, "failed", "failed"),  # the job's own error line
+    ("slurm", "4242", True, None, "failed"),  # Slurm cannot be asked here (no scontrol): the records decide
+    ("slurm", "4242_3", False, None, "queued"),
 ])
-def test_status_never_unpickles_a_result_file_of_submitit(cluster, job_id, started, outcome, tmp_path, capsys,
+def test_status_never_unpickles_a_result_file_of_submitit(cluster, job_id, started, outcome, state, tmp_path, capsys,
                                                          monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # no scontrol / sacct: Slurm is unreachable
     exp, marker = tmp_path / "exp", tmp_path / "MARKER"
@@ -100,9 +98,11 @@ def test_status_never_unpickles_a_result_file_of_submitit(cluster, job_id, start
     assert not marker.exists()
     assert tree(exp) == before
     (row,) = experiment_status(exp)
+    assert row.state == state and row.job_id == job_id
     if outcome == "failed":
-        assert row.state == "failed" and row.error == "DataError: data.n = 80 is too large"
-        assert "n00008_w08_s0 failed: DataError" in out
+        assert row.error == "DataError: data.n = 80 is too large" and "n00008_w08_s0 failed: DataError" in out
+    elif state == "failed":
+        assert "without reporting an end" in row.error
     assert not marker.exists()
 
 
@@ -113,6 +113,19 @@ def test_status_of_a_done_run_never_unpickles_its_result_file(tmp_path, capsys):
     plant_pickle(exp / SUBMITIT_DIR / f"{DEAD_PID}_0_result.pkl", marker)
     assert main(["status", str(exp)]) == 0
     assert not marker.exists()
+
+
+def test_a_job_that_failed_before_it_wrote_a_record_is_read_from_its_error_log(tmp_path):
+    """A job whose pickled function could not even be loaded writes no job.json: status reads why from the error
+    lines of its log (text), as it once read the result pickle."""
+    exp = tmp_path / "exp"
+    submitted_run(exp, "n00008_w08_s0", DEAD_PID, "local", started=False)
+    log = exp / SUBMITIT_DIR / f"{DEAD_PID}_0_log.err"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                   "ModuleNotFoundError: No module named 'diffmem'\nUserWarning: not this line\n")
+    (row,) = experiment_status(exp)
+    assert row.state == "failed" and row.error == "ModuleNotFoundError: No module named 'diffmem'"
 
 
 @pytest.mark.parametrize("job_id", ["../n00004_w08_s0/samples/x", "/tmp/x", "12 34", "-j1", "", "DEBUG_../x", 12])
