@@ -108,7 +108,7 @@ def test_status_never_unpickles_a_result_file_of_submitit(cluster, job_id, start
 
 def test_status_of_a_done_run_never_unpickles_its_result_file(tmp_path, capsys):
     exp, marker = tmp_path / "exp", tmp_path / "MARKER"
-    run = submitted_run(exp, "n00008_w08_s0", DEAD_PID, "local", True, "done")
+    run = submitted_run(exp, "n00008_w08_s0", DEAD_PID, "local", started=False)  # e.g. job.json not kept
     (run / "done").write_text("")
     plant_pickle(exp / SUBMITIT_DIR / f"{DEAD_PID}_0_result.pkl", marker)
     assert main(["status", str(exp)]) == 0
