@@ -296,6 +296,11 @@ def resolve_extractor(extractor: str = "auto", weights: str | os.PathLike | None
     raise FIDError(f"fid extractor '{extractor}' is unknown; choose one of: {', '.join(EXTRACTOR_CHOICES)}")
 
 
+def _first_line(error: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none), at most 200 characters."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
 def load_inception_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The Inception weights file ``path`` as a state dict (parameter name -> tensor on the CPU), read with
     ``torch.load(weights_only=True)``: a file that holds anything but tensors, numbers, strings and containers (a
@@ -312,7 +317,7 @@ def load_inception_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise FIDWeightsError(f"Inception weights file {path} {what}; it was not loaded: use "
                               f"{INCEPTION_WEIGHTS_FILENAME} from {INCEPTION_WEIGHTS_URL}") from None
     except Exception as e:  # a truncated zip, a folder ...
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0][:200]
+        reason = _first_line(e).split(". ")[0]
         raise FIDWeightsError(f"Inception weights file {path} cannot be read ({type(e).__name__}: {reason}); use "
                               f"{INCEPTION_WEIGHTS_FILENAME} from {INCEPTION_WEIGHTS_URL}") from None
     if not (isinstance(state, dict) and state
@@ -348,7 +353,7 @@ def build_extractor(name: str, layer: str, weights_path: str | os.PathLike | Non
     try:
         return create_feature_extractor(name, [layer], **(options | {"feature_extractor_weights_path": buffer}))
     except RuntimeError as e:  # load_state_dict: missing or unexpected keys, other shapes
-        reason = (str(e).strip().splitlines() or ["other keys"])[0][:200]
+        reason = _first_line(e)
         raise FIDWeightsError(f"Inception weights file {weights_path} does not hold torch-fidelity's Inception-v3 "
                               f"weights ({reason}); use {INCEPTION_WEIGHTS_FILENAME} from {INCEPTION_WEIGHTS_URL}") \
             from None
@@ -356,18 +361,13 @@ def build_extractor(name: str, layer: str, weights_path: str | os.PathLike | Non
 
 # --- the reference-statistics cache ---------------------------------------------------------------------------------
 
-def _cache_name(key: str, n_reference: int, height: int, width: int, device_kind: str) -> str:
-    """File-name-safe cache entry for a reference set whose features were computed on ``device_kind``."""
+def _cache_name(key: str, n_reference: int, height: int, width: int, device_kind: str | None) -> str:
+    """File-name-safe cache entry for a reference set whose features were computed on ``device_kind``; None: the
+    name torch-fidelity's pickled cache files of the entry had before diffmem kept its own cache."""
     safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", key).strip("_")[:80]
-    digest = hashlib.sha256(f"{key}|{n_reference}|{height}x{width}|{device_kind}".encode()).hexdigest()[:10]
-    return f"diffmem-{safe}-n{n_reference}-{height}x{width}-{device_kind}-{digest}"
-
-
-def _pickled_cache_name(key: str, n_reference: int, height: int, width: int) -> str:
-    """The name torch-fidelity's pickled cache files of the same entry had before diffmem kept its own cache."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", key).strip("_")[:80]
-    digest = hashlib.sha256(f"{key}|{n_reference}|{height}x{width}".encode()).hexdigest()[:10]
-    return f"diffmem-{safe}-n{n_reference}-{height}x{width}-{digest}"
+    identity = f"{key}|{n_reference}|{height}x{width}" + (f"|{device_kind}" if device_kind else "")
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
+    return f"diffmem-{safe}-n{n_reference}-{height}x{width}-" + (f"{device_kind}-" if device_kind else "") + digest
 
 
 @dataclass(frozen=True)
@@ -383,7 +383,7 @@ class _CacheEntry:
     def of(cls, cache_dir: Path, key: str, n_reference: int, height: int, width: int, extractor: str, layer: str,
            device_kind: str) -> "_CacheEntry":
         stem = f"{_cache_name(key, n_reference, height, width, device_kind)}-{extractor}-stat-fid-{layer}"
-        old = f"{_pickled_cache_name(key, n_reference, height, width)}-{extractor}"
+        old = f"{_cache_name(key, n_reference, height, width, None)}-{extractor}"
         return cls(cache_dir / f"{stem}.npz",
                    f"{key}|n={n_reference}|{height}x{width}|{extractor}|{layer}|{device_kind}",
                    (cache_dir / f"{old}-stat-fid-{layer}.pt", cache_dir / f"{old}-features-{layer}.pt"))
@@ -411,7 +411,7 @@ class _CacheEntry:
             elif not (np.isfinite(mu).all() and np.isfinite(sigma).all()):
                 problem = "it holds values that are not finite"
         except Exception as e:  # cut short, not a zip, a missing array, an object array (a pickle) ...
-            problem = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            problem = _first_line(e)
         if problem is not None:
             warnings.warn(f"FD reference-statistics cache {self.path} is damaged ({problem}); computing it again "
                           "(it is only a cache)", stacklevel=3)
