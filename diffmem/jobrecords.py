@@ -65,15 +65,17 @@ def _damaged(path: Path, what: str) -> JobRecordError:
 
 
 def _read_json(path: Path) -> Any:
-    """The JSON value of ``path``; None when there is no such file."""
+    """The JSON value of ``path``; None when there is no such file. Only a regular file is read (a folder, a pipe
+    or a dangling link in its place is a JobRecordError)."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    _check(path, path.is_file(), "is not a regular file")
     try:
         value = json.loads(path.read_text())
-    except FileNotFoundError:
+    except FileNotFoundError:  # removed meanwhile
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise _damaged(path, f"is not valid JSON ({str(e).splitlines()[0]})") from None
-    except IsADirectoryError:
-        raise _damaged(path, "is a folder, not a file") from None
     _check(path, value is not None, "holds null, not a record")
     return value
 
@@ -131,8 +133,9 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)(
 
 
 def log_tail(log: str | Path | None, n_bytes: int = 20000) -> str | None:
-    """The last ``n_bytes`` of a job's log, as text; None when there is no (readable) log."""
-    if not log:
+    """The last ``n_bytes`` of a job's log, as text; None when there is no (readable) log. Only a regular file is
+    read (a folder's "log" that is a pipe or a device would block or never end)."""
+    if not log or not Path(log).is_file():
         return None
     try:
         with open(log, "rb") as f:
@@ -154,6 +157,7 @@ def log_error_line(err_log: str | Path | None) -> str | None:
         if _EXCEPTION_LINE.match(line.strip()):
             return line.strip()[:500]
     return None
+
 
 # --- the plan: <experiment_dir>/sweep.json -------------------------------------------------------------------------
 

@@ -295,6 +295,23 @@ def test_a_sweep_over_a_damaged_job_record_is_one_line_and_trains_nothing(file, 
     assert tree(exp) == before
 
 
+def test_a_job_record_or_log_that_is_a_pipe_is_never_opened(tmp_path, capsys):
+    """Opening a pipe would block status forever: a record that is not a regular file is one line, a log is
+    skipped."""
+    import os
+
+    exp = tmp_path / "exp"
+    run = submitted_run(exp, "n00008_w08_s0", DEAD_PID, "local", started=False)
+    (exp / SUBMITIT_DIR).mkdir()
+    os.mkfifo(exp / SUBMITIT_DIR / f"{DEAD_PID}_0_log.err")
+    (row,) = experiment_status(exp)
+    assert row.state == "new"
+    os.mkfifo(run / "job.json")
+    assert main(["status", str(exp)]) == 2
+    err = one_line_error(capsys)
+    assert "job.json" in err and "not a regular file" in err
+
+
 def test_records_written_by_diffmem_read_back(tmp_path):
     run = submitted_run(tmp_path / "exp", "r", "55_2", "slurm", True, "requeued")
     record_job_end(run, "done", step=20)

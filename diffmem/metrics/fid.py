@@ -391,7 +391,7 @@ class _CacheEntry:
     def read(self) -> dict[str, np.ndarray] | None:
         """The cached {"mu", "sigma"}, or None (with a one-line warning naming the file when it exists but is
         damaged or of another entry, or when only torch-fidelity's pickled files of the entry exist)."""
-        if not self.path.exists():
+        if not self.path.exists() and not self.path.is_symlink():
             old = [p for p in self.pickled if p.exists()]
             if old:
                 warnings.warn(f"FD reference-statistics cache {old[0]} is a pickle of an earlier diffmem version and "
@@ -399,6 +399,8 @@ class _CacheEntry:
                               "only a cache; delete the old .pt files)", stacklevel=3)
             return None
         try:
+            if not self.path.is_file():  # a folder or a pipe in its place: never opened
+                raise FIDError("not a regular file")
             with open(self.path, "rb") as f, np.load(f, allow_pickle=False) as stored:
                 arrays = {k: stored[k] for k in ("mu", "sigma", "identity")}
             mu, sigma, identity = arrays["mu"], arrays["sigma"], str(arrays["identity"])
