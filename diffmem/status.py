@@ -21,8 +21,8 @@ from typing import Any
 
 from diffmem.analysis.runfiles import read_metrics
 from diffmem.cluster.slurm import (SLURM_QUEUED, SLURM_RUNNING, UNREACHABLE, SlurmJobState, slurm_failure,
-                                   slurm_job_state, slurm_log, slurm_log_reason)
-from diffmem.jobrecords import has_submissions, read_job, read_plan, read_submissions, result_error
+                                   slurm_job_state, slurm_log_reason)
+from diffmem.jobrecords import has_submissions, job_log, log_error_line, read_job, read_plan, read_submissions
 from diffmem.metrics.fid import metric_label
 from diffmem.outcomes import FAILED, REQUEUED
 from diffmem.rundir import RunDir, pid_alive
@@ -91,14 +91,15 @@ def _job_activity(sub: dict[str, Any] | None, job: dict[str, Any] | None,
                 return "running", None
         else:
             return "running", None  # another machine: trust the record
-        return None, result_error(experiment_dir, job_id) or "the job stopped without reporting an end (killed?)"
+        return None, (log_error_line(job_log(experiment_dir, job_id, "err"))
+                      or "the job stopped without reporting an end (killed?)")
     if same_job and job.get("outcome") != REQUEUED:  # the job ended
         return None, job.get("error") if job.get("outcome") == FAILED else None
     # not started yet, or requeued and waiting to restart
     if cluster == "local":
-        if here and job_id.isdigit() and pid_alive(int(job_id)):  # a local job id is its controller's pid
+        if here and pid_alive(int(job_id)):  # a local job id is its controller's pid (checked: digits)
             return "queued", None
-        return None, result_error(experiment_dir, job_id)
+        return None, log_error_line(job_log(experiment_dir, job_id, "err")) if here else None
     return None, None  # debug jobs live in the submitting process only
 
 
@@ -107,15 +108,12 @@ def _slurm_activity(job_id: str, job: dict[str, Any] | None,
     """:func:`_job_activity` of a Slurm job; ``job`` is its own record (job.json) when it has started, else None.
 
     The job's own end record wins; otherwise Slurm's state (controller, then sacct; see :func:`slurm_job_state`);
-    where Slurm has forgotten the job (no accounting database, MinJobAge passed), its result file and record."""
+    where Slurm has forgotten the job (no accounting database, MinJobAge passed), its record and its error log."""
     outcome = job.get("outcome") if job else None
     if job is not None and outcome not in (None, REQUEUED):  # the job reported its end
         return None, job.get("error") if outcome == FAILED else None
     slurm = slurm_job_state(job_id)
     if slurm == UNREACHABLE:  # e.g. status read off the cluster: trust the records
-        error = result_error(experiment_dir, job_id)
-        if error:
-            return None, error
         if job is not None and outcome is None and job.get("host") == socket.gethostname() \
                 and not pid_alive(int(job["pid"])):
             return None, "the job stopped without reporting an end (killed?)"
@@ -124,19 +122,26 @@ def _slurm_activity(job_id: str, job: dict[str, Any] | None,
         return "running", None
     if isinstance(slurm, SlurmJobState) and slurm.state in SLURM_QUEUED:
         return "queued", None
-    error = result_error(experiment_dir, job_id)
-    if error:
-        return None, error
+    err_log = job_log(experiment_dir, job_id, "err")
     if isinstance(slurm, SlurmJobState) and slurm.state == "CANCELLED":
         return "cancelled", None
     if isinstance(slurm, SlurmJobState) and slurm.state != "COMPLETED":
-        return None, slurm_failure(slurm, slurm_log(experiment_dir, job_id, "err"))
+        return None, slurm_failure(slurm, err_log)
     if job is not None and outcome is None:  # started, never reported an end, and Slurm no longer runs it
         if "SIGTERM" in (job.get("signals") or []):
             return "cancelled", None  # terminated by Slurm (scancel), then killed
-        why = slurm_log_reason(slurm_log(experiment_dir, job_id, "err"))
+        why = slurm_log_reason(err_log)
         return None, f"Slurm: {why}" if why else "the job stopped without reporting an end (killed?); see its log"
-    return None, None
+    # ended before it started the run (e.g. its pickled job could not be loaded): what its error log says
+    return None, log_error_line(err_log) if job is None else None
+
+
+def _log(sub: dict[str, Any] | None, experiment_dir: Path, stream: str) -> str | None:
+    """The log ("out" or "err") of a submitted job that writes logs: always the job id's own file in the
+    experiment's .submitit/, never a path read from submissions.json (which could point anywhere)."""
+    if sub is None or sub.get("stdout" if stream == "out" else "stderr") is None:
+        return None
+    return str(job_log(experiment_dir, sub["job_id"], stream))
 
 
 def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
@@ -186,7 +191,7 @@ def run_status(run_dir: str | Path, total: int | None = None) -> RunStatus:
         checkpoints=len(checkpoints), f_mem=last.get("f_mem"), fid=last.get("fid"),
         fid_label=metric_label(extractor) if extractor else None,
         job_id=sub["job_id"] if sub else None, cluster=sub["cluster"] if sub else None,
-        log=sub.get("stdout") if sub else None, error_log=sub.get("stderr") if sub else None, error=error,
+        log=_log(sub, experiment_dir, "out"), error_log=_log(sub, experiment_dir, "err"), error=error,
         unevaluated=len(unevaluated), extension=extension, lost=lost)
 
 

@@ -35,7 +35,7 @@ from diffmem.data import load_images, make_splits, to_model
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.evaluate import CheckpointDamaged, Evaluator, load_checkpoint, reference_set_size
-from diffmem.metrics.fid import resolve_extractor
+from diffmem.metrics.fid import check_extractor
 from diffmem.io import atomic_torch_save, atomic_write_text
 from diffmem.acceleration import autocast, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
@@ -237,8 +237,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     device = resolve_device(cfg.train.device)
     if cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
-    if cfg.eval.inline and cfg.eval.fid and cfg.eval.fid_extractor != "auto":  # fail before anything is written
-        resolve_extractor(cfg.eval.fid_extractor, cfg.eval.fid_weights)
+    if cfg.eval.inline and cfg.eval.fid and (cfg.eval.fid_extractor != "auto" or cfg.eval.fid_weights):
+        check_extractor(cfg.eval.fid_extractor, cfg.eval.fid_weights)  # fail before anything is written
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
     if cfg.eval.inline:

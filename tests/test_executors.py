@@ -1,9 +1,11 @@
 """The executors behind one interface (diffmem.cluster.executors): the choice by cluster, the order in which a run's
 jobs run, the local executor's longest-first order, and the dry run of each. The jobs here are stand-ins (no
-training): a callable that returns what a RunJob returns, an object with ``status`` and ``step``."""
+training): a callable that returns what a RunJob returns, an object with ``status`` and ``step``, and (for jobs in
+another process, whose outcome the executor reads from the run's job.json) records it as a RunJob does."""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,13 +14,26 @@ import pytest
 from diffmem.cluster.base import ClusterOptions, Job, Task
 from diffmem.cluster.executors import (DebugExecutor, LocalExecutor, SlurmExecutor, local_job_threads,
                                        make_executor)
-from diffmem.jobrecords import read_submissions
+from diffmem.jobrecords import read_submissions, record_job_end, record_job_start
 from diffmem.outcomes import DONE, EVALUATED, FAILED
 
 
 def returns(status: str, step: int | None = None):
     """A picklable stand-in job that returns ``status``."""
     return functools.partial(SimpleNamespace, status=status, step=step)
+
+
+def _record_and_return(run_dir: Path, status: str, step: int | None) -> SimpleNamespace:
+    import submitit
+
+    record_job_start(run_dir, "train", submitit.JobEnvironment().job_id)
+    record_job_end(run_dir, status, step=step)
+    return SimpleNamespace(status=status, step=step)
+
+
+def records(run_dir: Path, status: str, step: int | None = None):
+    """A picklable stand-in job that records ``status`` in ``run_dir``/job.json, as a RunJob does, and returns it."""
+    return functools.partial(_record_and_return, run_dir, status, step)
 
 
 FAILS = functools.partial(int, "not a number")  # a picklable stand-in job that raises ValueError
@@ -58,10 +73,13 @@ def test_the_debug_executor_runs_a_runs_jobs_in_order_and_stops_at_its_first_fai
 
 
 @pytest.mark.e2e
-def test_the_local_executor_runs_the_longest_runs_first(tmp_path):
+def test_the_local_executor_runs_the_longest_runs_first(tmp_path, monkeypatch):
+    tests = str(Path(__file__).resolve().parent)  # the jobs' processes import the stand-ins from here
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
     exp = tmp_path / "exp"
     lines: list[str] = []
-    tasks = [task(exp, f"s{steps}", ("train", returns(DONE, steps)), steps=steps) for steps in (10, 30, 20)]
+    tasks = [task(exp, f"s{steps}", ("train", records((exp / f"s{steps}").absolute(), DONE, steps)), steps=steps)
+             for steps in (10, 30, 20)]
     executor = LocalExecutor(ClusterOptions("local", max_parallel=1, gpus=(), poll_s=0.1), exp, log=lines.append)
     results = executor.run(tasks, busy=[])
     assert [r.name for r in results] == ["s30", "s20", "s10"]

@@ -6,7 +6,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-CLUSTERS = ("debug", "local", "slurm")
+from diffmem.jobrecords import job_outcome
+from diffmem.outcomes import FAILED, INTERRUPTED
+
+CLUSTERS = ("debug", "local", "slurm")  # each hands out the job ids of diffmem.jobrecords.JOB_ID_PATTERNS
 
 
 class ClusterError(ValueError):
@@ -109,3 +112,19 @@ class JobResult:
     step: int | None = None
     error: str | None = None
     log: str | None = None
+
+
+def recorded_result(name: str, kind: str, job_id: str, run_dir: str | Path, log: str | None = None,
+                    err_log: str | None = None) -> JobResult | None:
+    """What became of job ``job_id`` of run ``name`` as the job itself recorded it in the run's job.json
+    (:func:`diffmem.jobrecords.job_outcome`): its outcome and step, or FAILED with its error line (``log`` then
+    ``err_log``, as for INTERRUPTED); None when the job reported no end (killed, out of memory, or it failed before
+    it could write its record). Never reads submitit's result pickles."""
+    record = job_outcome(run_dir, job_id)
+    if record is None:
+        return None
+    outcome = record["outcome"]
+    if outcome == FAILED:
+        return JobResult(name, kind, job_id, FAILED, error=record.get("error") or "the job failed (no error line "
+                         "recorded); see its log", log=err_log)
+    return JobResult(name, kind, job_id, outcome, record.get("step"), log=err_log if outcome == INTERRUPTED else log)

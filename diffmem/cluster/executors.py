@@ -11,7 +11,9 @@ All three are submitit's (this module only decides when to submit and keeps the 
   local executor does.
 
 A run's jobs (a :class:`~diffmem.cluster.base.Task`) run in order: its evaluation starts only when its training
-succeeded. A failing job does not stop the others; it is reported with its last error line.
+succeeded. A failing job does not stop the others; it is reported with its last error line. What a job did is read
+from the job.json it wrote (:func:`~diffmem.cluster.base.recorded_result`), never from submitit's result pickle, also
+for the jobs this process has just submitted (a debug job's return value and exception are in this process).
 """
 from __future__ import annotations
 
@@ -25,11 +27,10 @@ from typing import Any, Callable
 
 import submitit
 
-from diffmem.cluster.base import ClusterError, ClusterOptions, JobResult, Task
+from diffmem.cluster.base import ClusterError, ClusterOptions, JobResult, Task, recorded_result
 from diffmem.cluster.slurm import sbatch_scripts, submit_tasks, wait_slurm
-from diffmem.jobrecords import job_ended_with, one_line, read_submissions, record_submission, result_error, \
-    submitit_folder
-from diffmem.outcomes import FAILED, INTERRUPTED, SUBMITTED, SUCCEEDED
+from diffmem.jobrecords import log_error_line, one_line, read_submissions, record_submission, submitit_folder
+from diffmem.outcomes import FAILED, SUBMITTED, SUCCEEDED
 from diffmem.status import ACTIVE_STATES, RunStatus, run_status
 
 NO_TIME_LIMIT_MIN = 60 * 24 * 365  # a local job without --time: one year, i.e. never signalled
@@ -81,28 +82,19 @@ def _record(task: Task, job: submitit.Job, cluster: str, logs: bool = True) -> N
                       stdout=str(job.paths.stdout) if logs else None, stderr=str(job.paths.stderr) if logs else None)
 
 
-def _failure_line(task: Task, job_id: str, error: BaseException, experiment_dir: Path) -> str:
-    """The one line that says why a job failed: the job's own record, else the end of submitit's traceback."""
-    record = job_ended_with(task.run_dir, job_id, FAILED)
-    if record and record.get("error"):
-        return record["error"]
-    if isinstance(error, submitit.core.utils.UncompletedJobError):
-        return "the job ended without a result (killed, or out of memory?); see its log"
-    return result_error(experiment_dir, job_id) or one_line(error)
-
-
-def _finished(task: Task, job: submitit.Job, experiment_dir: Path, log: str | None = None,
-              err_log: str | None = None) -> JobResult:
-    """The JobResult of a finished submitit job: what it returned; INTERRUPTED when it raised and its own record
-    says a SIGINT stopped it; else FAILED with the one line that says why."""
-    error = job.exception()
-    if error is None:
-        outcome = job.result()
-        return JobResult(task.name, task.kind, job.job_id, outcome.status, outcome.step, log=log)
-    if (record := job_ended_with(task.run_dir, job.job_id, INTERRUPTED)) is not None:
-        return JobResult(task.name, task.kind, job.job_id, INTERRUPTED, record.get("step"), log=err_log)
-    return JobResult(task.name, task.kind, job.job_id, FAILED,
-                     error=_failure_line(task, job.job_id, error, experiment_dir), log=err_log)
+def _ended(task: Task, job_id: str, log: str | None = None, err_log: str | None = None,
+           error: BaseException | None = None, returned: Any = None) -> JobResult:
+    """The JobResult of a job that has ended, from its own record in the run's job.json (never from submitit's
+    result pickle); without a record, what a debug job returned (``returned``, a JobOutcome) or raised (``error``)
+    in this process, else FAILED with the last exception line of its error log, else "killed?"."""
+    recorded = recorded_result(task.name, task.kind, job_id, task.run_dir, log=log, err_log=err_log)
+    if recorded is not None:
+        return recorded
+    if returned is not None:
+        return JobResult(task.name, task.kind, job_id, returned.status, returned.step, log=log)
+    why = one_line(error) if error is not None else log_error_line(err_log)
+    return JobResult(task.name, task.kind, job_id, FAILED, log=err_log,
+                     error=why or "the job ended without reporting an end (killed, or out of memory?); see its log")
 
 
 def _said(result: JobResult) -> str:
@@ -126,7 +118,8 @@ class DebugExecutor(Executor):
             while task is not None:
                 job = executor.submit(task.jobs[0].call)
                 _record(task, job, self.kind, logs=False)  # a debug job writes no log files
-                result = _finished(task, job, self.experiment_dir)
+                error = job.exception()  # runs the job in this process; nothing is read from a file
+                result = _ended(task, job.job_id, error=error, returned=None if error else job.result())
                 results.append(result)
                 self.log(_said(result))
                 task = task.rest() if result.status in SUCCEEDED else None
@@ -214,8 +207,7 @@ class LocalExecutor(Executor):
                     task, gpu = active.pop(job)
                     if gpu is not None:
                         load[gpu] -= 1
-                    result = _finished(task, job, self.experiment_dir, log=str(job.paths.stdout),
-                                       err_log=str(job.paths.stderr))
+                    result = _ended(task, job.job_id, log=str(job.paths.stdout), err_log=str(job.paths.stderr))
                     results.append(result)
                     self.log(_said(result))
                     if result.status in SUCCEEDED and (rest := task.rest()) is not None:

@@ -30,9 +30,9 @@ from typing import Callable, Iterable
 import submitit
 from submitit.helpers import DelayedSubmission
 
-from diffmem.cluster.base import ClusterError, ClusterOptions, JobResult, Task
-from diffmem.jobrecords import job_ended_with, read_job, read_result, record_submission, result_error, submitit_folder
-from diffmem.outcomes import CANCELLED, FAILED, INTERRUPTED, SUBMITTED
+from diffmem.cluster.base import ClusterError, ClusterOptions, JobResult, Task, recorded_result
+from diffmem.jobrecords import job_log, log_error_line, log_tail, record_submission, submitit_folder
+from diffmem.outcomes import CANCELLED, FAILED, SUBMITTED
 
 # Slurm job states in which a job still holds or waits for its run
 SLURM_QUEUED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESIZING",
@@ -179,14 +179,8 @@ _SLURM_LOG_LINES = (
 def slurm_log_reason(err_log: str | Path | None) -> str | None:
     """Why Slurm ended a job, from the lines slurmstepd writes at the end of its error log (out of memory, time
     limit, node failure); None when the log says nothing of the kind."""
-    if not err_log:
-        return None
-    try:
-        with open(err_log, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 20000))
-            tail = f.read().decode(errors="replace")
-    except OSError:
+    tail = log_tail(err_log)
+    if tail is None:
         return None
     lines = tail.splitlines()[::-1]
     for pattern, describe in _SLURM_LOG_LINES:  # the most specific line first
@@ -402,11 +396,6 @@ def _job_name(experiment_dir: Path, kind: str) -> str:
     return f"diffmem-{Path(experiment_dir).name}" + ("-eval" if kind == "evaluate" else "")
 
 
-def slurm_log(experiment_dir: str | Path, job_id: str, stream: str = "out") -> Path:
-    """The log of a sweep's Slurm job: ``stream`` "out" (the sbatch script's --output) or "err" (--error)."""
-    return submitit_folder(experiment_dir) / f"{job_id}_0_log.{stream}"
-
-
 def sbatch_scripts(tasks: list[Task], options: ClusterOptions, experiment_dir: str | Path) -> list[tuple[str, str]]:
     """(title, sbatch script) of every array :func:`submit_tasks` would submit: what a dry run prints."""
     scripts = []
@@ -432,7 +421,7 @@ def submit_tasks(tasks: list[Task], options: ClusterOptions, experiment_dir: str
         ids = _submit_array(array, options, experiment_dir, _job_name(experiment_dir, kind), gpus, dependency,
                             f"the {len(array)} {kind} job(s)")
         for task, job_id in zip(array, ids):
-            stdout, stderr = (str(slurm_log(experiment_dir, job_id, stream)) for stream in ("out", "err"))
+            stdout, stderr = (str(job_log(experiment_dir, job_id, stream)) for stream in ("out", "err"))
             record_submission(task.run_dir, job_id=job_id, cluster="slurm", kind=kind, steps=task.steps,
                               stdout=stdout, stderr=stderr)
             results.append(JobResult(task.name, kind, job_id, SUBMITTED, log=stdout))
@@ -443,26 +432,22 @@ def submit_tasks(tasks: list[Task], options: ClusterOptions, experiment_dir: str
 # --- waiting ----------------------------------------------------------------------------------------------------
 
 def _ended_slurm_job(submitted: JobResult, state: SlurmJobState | str | None, experiment_dir: Path) -> JobResult:
-    """The JobResult of a Slurm job that is no longer queued or running: its stored result, else Slurm's state."""
-    result = read_result(experiment_dir, submitted.job_id)
-    err_log = submitted.log[:-len(".out")] + ".err" if submitted.log and submitted.log.endswith(".out") else None
+    """The JobResult of a Slurm job that is no longer queued or running: what the job recorded in its run's
+    job.json (never submitit's result pickle), else Slurm's state and what its error log says."""
+    err_log = str(job_log(experiment_dir, submitted.job_id, "err"))
+    recorded = recorded_result(submitted.name, submitted.kind, submitted.job_id, experiment_dir / submitted.name,
+                               log=submitted.log, err_log=err_log)
+    if recorded is not None:
+        return recorded
     base = {"name": submitted.name, "kind": submitted.kind, "job_id": submitted.job_id}
-    if result is not None and result[0] == "success" and isinstance(getattr(result[1], "status", None), str):
-        return JobResult(**base, status=result[1].status, step=result[1].step, log=submitted.log)  # a job's outcome
-    if result is not None and result[0] == "error":
-        if (record := job_ended_with(experiment_dir / submitted.name, submitted.job_id, INTERRUPTED)) is not None:
-            return JobResult(**base, status=INTERRUPTED, step=record.get("step"), log=submitted.log)
-        record = read_job(experiment_dir / submitted.name) or {}
-        error = record.get("error") if record.get("job_id") == submitted.job_id and record.get("outcome") == FAILED \
-            else result_error(experiment_dir, submitted.job_id)
-        return JobResult(**base, status=FAILED, error=error, log=err_log)
     if isinstance(state, SlurmJobState) and state.state == "CANCELLED":
         return JobResult(**base, status=CANCELLED, log=submitted.log)
     if isinstance(state, SlurmJobState) and state.state != "COMPLETED":
         return JobResult(**base, status=FAILED, error=slurm_failure(state, err_log), log=err_log)
     why = slurm_log_reason(err_log)
+    error = f"Slurm: {why}" if why else log_error_line(err_log)
     return JobResult(**base, status=FAILED, log=err_log,
-                     error=f"Slurm: {why}" if why else "the job ended without a result (killed?); see its log")
+                     error=error or "the job ended without a result (killed?); see its log")
 
 
 def wait_slurm(submitted: list[JobResult], experiment_dir: str | Path, *, poll_s: float = 5.0,

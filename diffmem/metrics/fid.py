@@ -1,9 +1,12 @@
 """Frechet distance between generated and held-out images, computed by torch-fidelity.
 
-Everything numeric goes through torch-fidelity's own FID path (its feature extraction, features -> statistics
-``fid_input_id_to_statistics``, statistics -> metric ``fid_statistics_to_metric``, and its file cache of the reference
-statistics); this module only picks the feature extractor, wraps the image tensors, computes the samples' features
-once for several reference sets and for a bootstrap over the samples (``fid_sets``) and names the result.
+Everything numeric goes through torch-fidelity's own FID path (its feature extraction
+``extract_featuresdict_from_input_id``, features -> statistics ``fid_features_to_statistics``, statistics -> metric
+``fid_statistics_to_metric``); this module picks and builds the feature extractor, wraps the image tensors, computes
+the samples' features once for several reference sets and for a bootstrap over the samples (``fid_sets``), keeps the
+reference statistics in its own data-only cache and names the result. Nothing here lets torch-fidelity unpickle a
+file: its own caches (``torch.load(weights_only=False)``) are off, and the Inception weights are read by
+:func:`load_inception_weights` with ``torch.load(weights_only=True)`` before torch-fidelity sees them.
 
 Images are uint8 tensors (n, C, H, W) with C = 1 or 3 and pixels in 0..255. Grayscale images (C = 1) are repeated
 to 3 identical uint8 channels before feature extraction, since both extractors take RGB; the Inception extractor
@@ -13,9 +16,10 @@ Extractors:
 - ``"inception-v3-compat"`` (asked for as ``"inception"``): torch-fidelity's port of the TF Inception-v3 used by
   the original FID. Its weights file (``INCEPTION_WEIGHTS_FILENAME``) is read from, in order, the ``weights``
   argument (``--fid-weights PATH``), ``$DIFFMEM_FID_WEIGHTS``, or ``torch.hub.get_dir()/checkpoints/``, the place
-  torch-fidelity's own downloader would have put it. The resolved path is always handed to torch-fidelity
-  (``feature_extractor_weights_path``), so torch-fidelity never reaches for the network; a missing file raises
-  ``FIDWeightsError``. Only numbers from this extractor are called "FID".
+  torch-fidelity's own downloader would have put it; nothing reaches for the network. The file is read as a state
+  dict of tensors only (:func:`load_inception_weights`; a missing file, or one that holds anything else, raises
+  ``FIDWeightsError``) and torch-fidelity builds its extractor from those tensors. Only numbers from this extractor
+  are called "FID".
 - ``"diffmem-randconv-v1"`` (``OFFLINE_EXTRACTOR``): a fixed-seed random convolutional network shipped in this
   module (no file, no download), registered with torch-fidelity. Its numbers are a Frechet distance in its own
   feature space: comparable with each other, not with published FIDs; label them ``metric_label(extractor)``,
@@ -24,36 +28,42 @@ Extractors:
   images such as the 8x8 digits, where it is a well-conditioned distance between Gaussian fits of the two sets.
 - ``"auto"``: Inception when its weights are on disk, otherwise the offline extractor and a one-line warning.
 
-Reference statistics (mean and covariance of the held-out images' features) are computed once per reference set and
-extractor and cached by torch-fidelity in ``cache_dir`` under a name built from ``reference_key`` (the caller's
-identity of the held-out set, e.g. ``make_reference_key(dataset_sha256, 10000)`` = "heldout:10000@<sha256[:12]>") and
-the extractor name; later calls read the file and never run the extractor on the reference images. torch-fidelity
-also caches the reference features next to it (n_reference x dim float32: 82 MB for Inception at 10k images).
+Reference statistics (mean and covariance of the held-out images' features) are computed once per reference set,
+extractor and device kind (cpu / cuda: the features differ in the last bits) and cached in ``cache_dir`` as one
+``.npz`` file (``mu``, ``sigma`` and the entry's identity, read with ``allow_pickle=False``) under a name built from
+``reference_key`` (the caller's identity of the held-out set, e.g. ``make_reference_key(dataset_sha256, 10000)`` =
+"heldout:10000@<sha256[:12]>"), the image size, the device kind and the extractor; later calls read the file and never
+run the extractor on the reference images. A cache file that cannot be read, or holds other arrays or another entry,
+is named in a warning and computed again (it is only a cache); torch-fidelity's pickled cache files of earlier diffmem
+versions (``*-stat-fid-*.pt``) are never read: the statistics are computed again, with a warning.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import hashlib
+import io
 import os
+import pickle
 import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import torch_fidelity
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.feature_extractor_inceptionv3 import URL_INCEPTION_V3
-from torch_fidelity.metric_fid import (fid_features_to_statistics, fid_input_id_to_statistics_cached,
-                                       fid_statistics_to_metric)
+from torch_fidelity.metric_fid import fid_features_to_statistics, fid_statistics_to_metric
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 from torch_fidelity.utils import (create_feature_extractor, extract_featuresdict_from_input_id,
                                   resolve_feature_layer_for_metric)
 
 from diffmem.config import FID_EXTRACTORS
+from diffmem.io import atomic_write_bytes
 
 INCEPTION_EXTRACTOR = "inception-v3-compat"
 INCEPTION_WEIGHTS_URL = URL_INCEPTION_V3
@@ -286,6 +296,137 @@ def resolve_extractor(extractor: str = "auto", weights: str | os.PathLike | None
     raise FIDError(f"fid extractor '{extractor}' is unknown; choose one of: {', '.join(EXTRACTOR_CHOICES)}")
 
 
+def _first_line(error: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none), at most 200 characters."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def load_inception_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The Inception weights file ``path`` as a state dict (parameter name -> tensor on the CPU), read with
+    ``torch.load(weights_only=True)``: a file that holds anything but tensors, numbers, strings and containers (a
+    pickle that would call a function), or cannot be read at all, raises a one-line FIDWeightsError naming it.
+    Nothing else in diffmem or torch-fidelity opens the file."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*pickle protocol")  # torch's note on a non-torch pickle
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        # torch's restricted unpickler names the callable or class a pickle asked for ("GLOBAL builtins.open ...")
+        what = "holds objects other than tensors (loading it could run code)" if "GLOBAL" in str(e) else \
+            "is not a torch file of plain tensors (damaged, or a pickle of something else)"
+        raise FIDWeightsError(f"Inception weights file {path} {what}; it was not loaded: use "
+                              f"{INCEPTION_WEIGHTS_FILENAME} from {INCEPTION_WEIGHTS_URL}") from None
+    except Exception as e:  # a truncated zip, a folder ...
+        reason = _first_line(e).split(". ")[0]
+        raise FIDWeightsError(f"Inception weights file {path} cannot be read ({type(e).__name__}: {reason}); use "
+                              f"{INCEPTION_WEIGHTS_FILENAME} from {INCEPTION_WEIGHTS_URL}") from None
+    if not (isinstance(state, dict) and state
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())):
+        raise FIDWeightsError(f"Inception weights file {path} is not a state dict of tensors; use "
+                              f"{INCEPTION_WEIGHTS_FILENAME} from {INCEPTION_WEIGHTS_URL}")
+    return state
+
+
+def check_extractor(extractor: str = "auto", weights: str | os.PathLike | None = None) -> str:
+    """:func:`resolve_extractor`, and for Inception its weights read as :func:`load_inception_weights` does: what a
+    command calls before it writes anything, so that a missing or unreadable weights file stops it at once. Returns
+    the torch-fidelity extractor name."""
+    name, path = resolve_extractor(extractor, weights)
+    if path is not None:
+        load_inception_weights(path)
+    return name
+
+
+def build_extractor(name: str, layer: str, weights_path: str | os.PathLike | None = None,
+                    options: dict[str, Any] | None = None) -> FeatureExtractorBase:
+    """torch-fidelity's extractor ``name`` (a resolved name, see :func:`resolve_extractor`) for feature ``layer``,
+    with torch-fidelity's ``options`` (``cuda``, ``verbose``, ...); Inception with the tensors of ``weights_path``
+    (:func:`load_inception_weights`), handed over as bytes that diffmem wrote from them, so torch-fidelity's own
+    ``torch.load`` never reads the user's file."""
+    options = options or {}
+    if weights_path is None:
+        return create_feature_extractor(name, [layer], **options)
+    state = load_inception_weights(weights_path)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)  # only tensors: what torch-fidelity unpickles from it cannot call anything
+    buffer.seek(0)
+    try:
+        return create_feature_extractor(name, [layer], **(options | {"feature_extractor_weights_path": buffer}))
+    except RuntimeError as e:  # load_state_dict: missing or unexpected keys, other shapes
+        reason = _first_line(e)
+        raise FIDWeightsError(f"Inception weights file {weights_path} does not hold torch-fidelity's Inception-v3 "
+                              f"weights ({reason}); use {INCEPTION_WEIGHTS_FILENAME} from {INCEPTION_WEIGHTS_URL}") \
+            from None
+
+
+# --- the reference-statistics cache ---------------------------------------------------------------------------------
+
+def _cache_name(key: str, n_reference: int, height: int, width: int, device_kind: str | None) -> str:
+    """File-name-safe cache entry for a reference set whose features were computed on ``device_kind``; None: the
+    name torch-fidelity's pickled cache files of the entry had before diffmem kept its own cache."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", key).strip("_")[:80]
+    identity = f"{key}|{n_reference}|{height}x{width}" + (f"|{device_kind}" if device_kind else "")
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
+    return f"diffmem-{safe}-n{n_reference}-{height}x{width}-" + (f"{device_kind}-" if device_kind else "") + digest
+
+
+@dataclass(frozen=True)
+class _CacheEntry:
+    """One reference set's statistics in ``cache_dir``: ``path`` (.npz) and ``identity``, the string stored in the
+    file and compared on reading (reference key, size, extractor, layer, device kind)."""
+
+    path: Path
+    identity: str
+    pickled: tuple[Path, ...]  # torch-fidelity's pickle files of the same entry (never read)
+
+    @classmethod
+    def of(cls, cache_dir: Path, key: str, n_reference: int, height: int, width: int, extractor: str, layer: str,
+           device_kind: str) -> "_CacheEntry":
+        stem = f"{_cache_name(key, n_reference, height, width, device_kind)}-{extractor}-stat-fid-{layer}"
+        old = f"{_cache_name(key, n_reference, height, width, None)}-{extractor}"
+        return cls(cache_dir / f"{stem}.npz",
+                   f"{key}|n={n_reference}|{height}x{width}|{extractor}|{layer}|{device_kind}",
+                   (cache_dir / f"{old}-stat-fid-{layer}.pt", cache_dir / f"{old}-features-{layer}.pt"))
+
+    def read(self) -> dict[str, np.ndarray] | None:
+        """The cached {"mu", "sigma"}, or None (with a one-line warning naming the file when it exists but is
+        damaged or of another entry, or when only torch-fidelity's pickled files of the entry exist)."""
+        if not self.path.exists() and not self.path.is_symlink():
+            old = [p for p in self.pickled if p.exists()]
+            if old:
+                warnings.warn(f"FD reference-statistics cache {old[0]} is a pickle of an earlier diffmem version and "
+                              f"is not read (a pickle could run code); computing it again into {self.path.name} (it is "
+                              "only a cache; delete the old .pt files)", stacklevel=3)
+            return None
+        try:
+            if not self.path.is_file():  # a folder or a pipe in its place: never opened
+                raise FIDError("not a regular file")
+            with open(self.path, "rb") as f, np.load(f, allow_pickle=False) as stored:
+                arrays = {k: stored[k] for k in ("mu", "sigma", "identity")}
+            mu, sigma, identity = arrays["mu"], arrays["sigma"], str(arrays["identity"])
+            problem = None
+            if identity != self.identity:
+                problem = f"it holds the statistics of {identity!r}"
+            elif mu.ndim != 1 or sigma.shape != (mu.shape[0], mu.shape[0]) or mu.dtype.kind != "f" \
+                    or sigma.dtype.kind != "f":
+                problem = f"mu {mu.shape} and sigma {sigma.shape} are not a mean and its covariance"
+            elif not (np.isfinite(mu).all() and np.isfinite(sigma).all()):
+                problem = "it holds values that are not finite"
+        except Exception as e:  # cut short, not a zip, a missing array, an object array (a pickle) ...
+            problem = _first_line(e)
+        if problem is not None:
+            warnings.warn(f"FD reference-statistics cache {self.path} is damaged ({problem}); computing it again "
+                          "(it is only a cache)", stacklevel=3)
+            return None
+        return {"mu": mu, "sigma": sigma}
+
+    def write(self, statistics: dict[str, np.ndarray]) -> None:
+        """Store ``statistics`` ({"mu", "sigma"}) atomically, as plain arrays."""
+        buffer = io.BytesIO()
+        np.savez(buffer, mu=statistics["mu"], sigma=statistics["sigma"], identity=np.array(self.identity))
+        atomic_write_bytes(self.path, buffer.getvalue())
+
+
 # --- the distance ---------------------------------------------------------------------------------------------------
 
 class _ImageTensorDataset(torch.utils.data.Dataset):
@@ -311,13 +452,6 @@ def as_rgb_uint8(images: torch.Tensor, what: str = "images") -> torch.Tensor:
         raise FIDError(f"{what} has {images.shape[0]} image(s); a covariance needs at least 2 (use thousands)")
     images = images.cpu()
     return images.expand(-1, 3, -1, -1) if images.shape[1] == 1 else images
-
-
-def _cache_name(key: str, n_reference: int, height: int, width: int) -> str:
-    """File-name-safe cache entry for a reference set; torch-fidelity appends the extractor and layer names."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", key).strip("_")[:80]
-    digest = hashlib.sha256(f"{key}|{n_reference}|{height}x{width}".encode()).hexdigest()[:10]
-    return f"diffmem-{safe}-n{n_reference}-{height}x{width}-{digest}"
 
 
 def _check_device(device: str | torch.device) -> torch.device:
@@ -391,8 +525,7 @@ def fid_sets(
 
     options: dict[str, Any] = dict(
         input1=_ImageTensorDataset(samples_rgb),
-        cache_root=str(cache_dir),
-        cache=True,
+        cache=False,  # torch-fidelity's file caches unpickle without restriction: diffmem keeps its own (.npz)
         fid=True,
         feature_extractor=name,
         cuda=dev.type == "cuda",
@@ -400,11 +533,9 @@ def fid_sets(
         save_cpu_ram=True,  # no DataLoader worker processes
         verbose=False,
     )
-    if weights_path is not None:
-        options["feature_extractor_weights_path"] = str(weights_path)  # never the URL download
     with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
         layer = resolve_feature_layer_for_metric("fid", **options)
-        extractor_module = create_feature_extractor(name, [layer], **options)
+        extractor_module = build_extractor(name, layer, weights_path, options)
         features = extract_featuresdict_from_input_id(1, extractor_module, **options)[layer]
         stat_samples = fid_features_to_statistics(features)
         generator = torch.Generator().manual_seed(seed)
@@ -414,9 +545,14 @@ def fid_sets(
         out = []
         for ref, key in zip(references_rgb, reference_keys):
             height, width = ref.shape[-2:]
-            ref_options = options | dict(input2=_ImageTensorDataset(ref),
-                                         input2_cache_name=_cache_name(key, ref.shape[0], height, width))
-            stat_ref = fid_input_id_to_statistics_cached(2, extractor_module, layer, **ref_options)
+            entry = _CacheEntry.of(cache_dir, key, ref.shape[0], height, width, name, layer, dev.type)
+            stat_ref = entry.read()
+            if stat_ref is None:
+                ref_features = extract_featuresdict_from_input_id(
+                    2, extractor_module, **(options | dict(input2=_ImageTensorDataset(ref))))[layer]
+                stat_ref = fid_features_to_statistics(ref_features)
+                entry.write(stat_ref)
+            stat_ref = {k: v.astype(stat_samples[k].dtype, copy=False) for k, v in stat_ref.items()}
             value = fid_statistics_to_metric(stat_samples, stat_ref, False)[torch_fidelity.KEY_METRIC_FID]
             boot = tuple(float(fid_statistics_to_metric(b, stat_ref, False)[torch_fidelity.KEY_METRIC_FID])
                          for b in boot_stats)
