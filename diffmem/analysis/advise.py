@@ -10,8 +10,8 @@ predictions carry none.
 :func:`advise_measured` applies the same rule to the timescales one run measured (its own brackets, no law): the
 step at which that run, or a repeat of it, should stop.
 
-Which fitted law predicts (first that applies; every law is one over comparable runs, fits.json's ``by_width`` or
-``by_n``, never one over runs that differ in the other setting):
+Which fitted law predicts (first that applies; every law in N or in W is one over comparable runs, fits.json's
+``by_width`` or ``by_n``, never one over runs that differ in the other setting):
 - tau_mem: ``tau_mem_vs_n`` of width W; else ``tau_mem_vs_n_over_width`` at N / W (assumes tau_mem depends on N / W
   only, as in the paper, when W was not measured).
 - tau_gen: ``tau_gen_vs_n`` of width W; else ``tau_gen_vs_width`` of N (or of the measured N nearest to it in log:
