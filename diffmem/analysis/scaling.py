@@ -503,8 +503,10 @@ class Summary:
     pairs: tuple[PairSummary, ...] = ()  # split pairs (pairs.jsonl), with tau_bias
 
     def format(self) -> str:
-        """Human text: one line per run, the seed cells (when there are seeds), one line per fitted law with its
-        goodness of fit, the notes, the files written."""
+        """Human text: one line per run, the seed cells (when there are seeds), one line per fitted law over
+        comparable runs (:meth:`FitSet.laws`) with the runs it covers and its goodness of fit (a law none of whose
+        groups is fitted: one line with the reason; report.md lists every law not fitted), the notes, the files
+        written."""
         lines = [f"{len(self.runs)} run(s) in {self.experiment_dir}"]
         for r in self.runs:
             def show(e: Estimate) -> str:
@@ -535,7 +537,8 @@ class Summary:
                          f"tau_bias={show(p.tau_bias)}"
                          + "".join(f"  {name}={show(est)}" for name, est in p.levels.items()))
         for name, fs in self.fits.items():
-            lines += [f"  {name} ({label}): {fit.describe()}" for label, fit in fs.laws()]
+            shown = [(label, fit) for label, fit in fs.laws() if fit.fitted] or fs.laws()[:1]
+            lines += [f"  {name} ({label}): {fit.describe()}" for label, fit in shown]
         for name, fit in self.joint.items():
             lines.append(f"  {name}: {fit.describe()}")
         lines += [f"  note: {note}" for note in self.notes]
