@@ -256,8 +256,8 @@ def report(summary: Summary, advices: Sequence[Advice], check: AdviceCheck | Non
              "tau_gen_vs_n": "paper: flat, exponent 0"}
     for name, label in (("tau_mem_vs_n", "tau_mem vs N"), ("tau_mem_epochs_vs_n", "tau_mem (epochs) vs N"),
                         ("tau_gen_vs_n", "tau_gen vs N")):
-        if name in summary.fits:
-            lines.append(law_line(label, summary.fits[name].pooled, paper[name]))
+        laws = summary.fits[name].laws() if name in summary.fits else []
+        lines += [law_line(label if len(laws) == 1 else f"{label} ({runs})", fit, paper[name]) for runs, fit in laws]
     for advice in advices:
         lines += ["", advice.format()]
     lines.append("")

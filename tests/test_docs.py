@@ -2,7 +2,8 @@
 
 * every ``diffmem ...`` command in a shell code block parses with the real argument parser (it is never run);
 * the config reference table of docs/commands.md lists exactly the fields of the config dataclasses;
-* no documentation, experiment, benchmark, notebook or library file points outside the repository;
+* no documentation, experiment, benchmark, notebook or library file points outside the repository, and none of those
+  nor the committed results names a folder of the machine a command ran on (a home or temp directory);
 * every relative link resolves to a file of the repository (and, for ``page.md#anchor``, to a heading of that page).
 
 Fast: no command is executed, nothing is trained or downloaded.
@@ -260,6 +261,49 @@ def test_no_path_outside_the_repository(path):
     for needle in ("../shared", "/work/shared"):
         lines = [k + 1 for k, line in enumerate(text.splitlines()) if needle in line]
         assert not lines, f"{rel(path)} refers to {needle} on line(s) {lines}"
+
+
+# --- no machine's own folders ---------------------------------------------------------------------------------------
+
+MACHINE_PATH = re.compile(r"(?<![\w.~/-])(?:(?:/root|/home|/Users|/tmp|/var/tmp|/work)/|~[A-Za-z_][\w.-]*/)")
+"""A folder of the machine a command ran on: a home (``/root/``, ``/home/...``, ``/Users/...``, another user's
+``~name/``), a temp folder (``/tmp/``, ``/var/tmp/``) or this project's work folder (``/work/``), where it starts a
+path (not ``runs/tmp/`` or a URL's ``.../tmp/``). The reader's own home, ``~/`` (``~/data/celeba32.pt``,
+``~/.cache/diffmem``) or ``$HOME``, is a generic example and allowed."""
+
+BINARY_SUFFIXES = {".png", ".pdf", ".pt", ".pth", ".npz", ".npy", ".jpg", ".jpeg", ".gif"}
+
+
+def shipped_text_files() -> list[Path]:
+    """The text files of what the repository ships to readers: the front page, docs, experiments, results,
+    benchmarks, notebooks and the package."""
+    patterns = ["README.md", "docs/**/*", "experiments/**/*", "results/**/*", "benchmarks/**/*", "notebooks/**/*",
+                "diffmem/**/*.py"]
+    return sorted({path for pattern in patterns for path in ROOT.glob(pattern)
+                   if path.is_file() and path.suffix.lower() not in BINARY_SUFFIXES
+                   and "__pycache__" not in path.parts and ".ipynb_checkpoints" not in path.parts})
+
+
+def test_machine_path_rule():
+    for bad in ("--out /root/diffmem-runs/x", "/home/alice/data", "cd /Users/bob/x", "--out /tmp/demo_quick",
+                "TMP=/var/tmp/x", '"path": "/tmp/x"', "(/work/shared/tools)", "~alice/data", "--out=/tmp/x"):
+        assert MACHINE_PATH.search(bad), bad
+    for good in ("--set data.path=~/data/celeba32.pt", "~/.cache/diffmem", "$HOME/slurm1", "runs/tmp/x",
+                 "https://example.org/home/x", "results/demo/report.md", "a ~ b/c", "./tmp/x"):
+        assert not MACHINE_PATH.search(good), good
+
+
+def test_no_machine_paths_in_what_the_repository_ships():
+    found = []
+    for path in shipped_text_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        found += [f"{rel(path)}:{k + 1}: {m.group(0)}" for k, line in enumerate(text.splitlines())
+                  for m in MACHINE_PATH.finditer(line)]
+    assert not found, "paths of the machine a command ran on (use a relative folder such as runs/x, or ~/ for the " \
+                      "reader's home): " + "; ".join(found[:20])
 
 
 # --- relative links resolve ---------------------------------------------------------------------------------------

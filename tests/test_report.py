@@ -67,12 +67,12 @@ def test_timescale_table_holds_every_run_with_its_intervals(experiment):
 def test_laws_with_exponents_intervals_method_and_p_values(experiment):
     root, _, text = experiment
     fits = load_fits(root)
-    law = fits["tau_mem_vs_n"].pooled
+    law = fits["tau_mem_vs_n"].all_runs
     assert law.fitted and law.gof.p_value is not None  # three seeds per N: the lack-of-fit test has a p-value
     assert f"{law.exponent:.3f} [{law.exponent_lo:.3f}, {law.exponent_hi:.3f}]" in text
     assert f"lack of fit p = {law.gof.p_value:.2g}" in text
     assert f"fitted by `{FIT_METHOD}`" in text
-    gen = fits["tau_gen_vs_n"].pooled
+    gen = fits["tau_gen_vs_n"].all_runs
     assert f"{gen.exponent:.3f} [{gen.exponent_lo:.3f}, {gen.exponent_hi:.3f}]" in text
 
 
@@ -126,11 +126,11 @@ def test_a_law_whose_goodness_of_fit_fails_is_listed_as_unresolved(tmp_path):
     write_synthetic_experiment(tmp_path, [16, 32, 64, 128], widths=[8], steps=40_000, n_evals=40,
                                tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 80.0 * max(n, 32))
     write_results(tmp_path, figures=False)
-    gof = load_fits(tmp_path)["tau_mem_vs_n"].pooled.gof
+    gof = load_fits(tmp_path)["tau_mem_vs_n"].all_runs.gof
     assert gof.line_through_intervals is False
     text = (tmp_path / "report.md").read_text()
     unresolved = text.split("## What the analysis could not resolve")[1]
-    assert "- goodness of fit: `tau_mem_vs_n` (all runs): " + "; ".join(gof.flagged()) in unresolved
+    assert "- goodness of fit: `tau_mem_vs_n` (width = 8): " + "; ".join(gof.flagged()) in unresolved
     assert "no single line passes through every run's interval" in unresolved
 
 
@@ -176,8 +176,8 @@ def test_split_pairs_section_holds_each_pair_with_its_timescales(pair_experiment
             assert cells["tau_bias"].startswith("> ") and cells["tau_bias < tau_mem"] == "no"
         else:  # planted 20 N, well before 100 N
             assert a["tau_bias_lo"] < p.tau_bias <= a["tau_bias_hi"] and cells["tau_bias < tau_mem"] == "yes"
-    law = load_fits(root)["tau_bias_vs_n"].pooled
-    assert "`tau_bias_vs_n` | all runs" in section  # only two measured N: a law without an interval
+    law = load_fits(root)["tau_bias_vs_n"].all_runs
+    assert "`tau_bias_vs_n` | width = 8" in section  # only two measured N: a law without an interval
     assert f"{law.exponent:.3f}" in section
     assert "![pairs](figures/pairs.png)" in section and (root / "figures" / "pairs.png").is_file()
     unresolved = text.split("## What the analysis could not resolve")[1]

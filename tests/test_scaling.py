@@ -60,7 +60,7 @@ def test_planted_laws_are_recovered(planted):
     mem = summary.fits["tau_mem_vs_n"].groups["32"]
     assert mem.exponent_lo <= 1.0 <= mem.exponent_hi and abs(mem.exponent - 1) < 0.15
     assert mem.n_runs == 15 and not mem.censored
-    gen = summary.fits["tau_gen_vs_n"].pooled
+    gen = summary.fits["tau_gen_vs_n"].all_runs
     assert abs(gen.exponent) < 0.05
     for r in summary.runs:
         assert r.tau_gen.value == pytest.approx(1e5, rel=0.15)
@@ -70,8 +70,8 @@ def test_planted_laws_are_recovered(planted):
         assert r.tau_gen.lo <= lo <= r.tau_gen.value <= hi <= r.tau_gen.hi and lo < hi
         steps = [int(s) for s in read_run(root / r.run).steps]
         assert steps.index(hi) == steps.index(lo) + 1  # neighbouring evaluations
-    assert not summary.fits["tau_gen_vs_width"].pooled.fitted  # one width only: reported, not raised
-    assert "fewer than 2 distinct width" in summary.fits["tau_gen_vs_width"].pooled.reason
+    assert not summary.fits["tau_gen_vs_width"].all_runs.fitted  # one width only: reported, not raised
+    assert "fewer than 2 distinct width" in summary.fits["tau_gen_vs_width"].all_runs.reason
 
 
 # --- files ----------------------------------------------------------------------------------------------------------
@@ -101,8 +101,8 @@ def test_load_fits_round_trip(planted):
     for name in FIT_NAMES:
         assert isinstance(loaded[name], FitSet)
         assert loaded[name].to_dict() == json.loads(json.dumps(summary.fits[name].to_dict()))
-    a = loaded["tau_mem_vs_n"].pooled.predict([500.0])
-    b = summary.fits["tau_mem_vs_n"].pooled.predict([500.0])
+    a = loaded["tau_mem_vs_n"].all_runs.predict([500.0])
+    b = summary.fits["tau_mem_vs_n"].all_runs.predict([500.0])
     assert np.allclose(a, b)
 
 
@@ -128,7 +128,7 @@ def test_single_run_folder(tmp_path):
     assert len(summary.runs) == 1 and (run.path / "summary.csv").is_file() and (run.path / "fits.json").is_file()
     assert summary.runs[0].tau_mem.measured
     for name in FIT_NAMES:
-        assert summary.fits[name].pooled.reason is not None
+        assert summary.fits[name].all_runs.reason is not None
     assert "1 run(s)" in summary.format()
 
 
@@ -147,7 +147,7 @@ def test_missing_fid_partial_runs_and_truncated_lines(tmp_path):
     assert partial.steps == record.steps[-1] and not record.done
     rows = read_csv(tmp_path / "summary.csv")
     assert rows[0]["tau_gen"] is None and rows[0]["fid_extractor"] is None and rows[1]["state"] == "partial"
-    fit = summary.fits["tau_gen_vs_n"].pooled
+    fit = summary.fits["tau_gen_vs_n"].all_runs
     assert not fit.fitted and fit.excluded[0][0] == "n00128_w32_s0"
 
 
@@ -248,7 +248,7 @@ def test_seeds_are_one_cell_with_their_mean_and_spread(planted):
     fits = json.loads((root / "fits.json").read_text())
     assert fits["method_name"] == "ols-cell-means-t-bracket-variance" and "Student t" in fits["method"]
     assert fits["tau_mem_vs_n"]["goodness_of_fit"]["p_value"] == pytest.approx(
-        summary.fits["tau_mem_vs_n"].pooled.gof.p_value)
+        summary.fits["tau_mem_vs_n"].all_runs.gof.p_value)
     assert "3 seeds" in summary.format()  # the printed report has one line per cell
 
 
@@ -308,7 +308,7 @@ def test_a_planted_sweep_on_one_shared_grid_covers_its_exponent(tmp_path):
         write_synthetic_experiment(exp_dir, list(taus), widths=[8], tau_mem=lambda n, w: taus[n],
                                    tau_gen=lambda n, w: 1e4, steps=200_000, n_evals=40, n_samples=1000,
                                    noise_seed=d)
-        fit = analyze(exp_dir).fits["tau_mem_vs_n"].pooled
+        fit = analyze(exp_dir).fits["tau_mem_vs_n"].all_runs
         assert fit.fitted and len(fit.cells) == 4
         hits += fit.exponent_lo <= 1.0 <= fit.exponent_hi
         x, tau = np.array([p[1] for p in fit.points]), np.array([p[2] for p in fit.points])

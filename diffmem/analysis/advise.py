@@ -10,11 +10,13 @@ predictions carry none.
 :func:`advise_measured` applies the same rule to the timescales one run measured (its own brackets, no law): the
 step at which that run, or a repeat of it, should stop.
 
-Which fitted law predicts (first that applies):
+Which fitted law predicts (first that applies; every law in N or in W is one over comparable runs, fits.json's
+``by_width`` or ``by_n``, never one over runs that differ in the other setting):
 - tau_mem: ``tau_mem_vs_n`` of width W; else ``tau_mem_vs_n_over_width`` at N / W (assumes tau_mem depends on N / W
   only, as in the paper, when W was not measured).
-- tau_gen: ``tau_gen_vs_n`` of width W; else ``tau_gen_vs_width`` at W (assumes tau_gen flat in N, as in the paper);
-  else the pooled ``tau_gen_vs_n`` measured at a single width W0, rescaled by W0 / W (the paper's 1 / W law).
+- tau_gen: ``tau_gen_vs_n`` of width W; else ``tau_gen_vs_width`` of N (or of the measured N nearest to it in log:
+  assumes tau_gen flat in N, as in the paper); else ``tau_gen_vs_n`` of the width W0 nearest to W in log, rescaled by
+  W0 / W (the paper's 1 / W law).
 - the level crossings ``tau_mem_at_L`` (the step at which f_mem reaches L, which unlike the onset does not depend on
   the number of samples per evaluation): ``tau_mem_at_L_vs_n`` of width W, for each L the experiment fitted. They are
   printed beside the onset; the stopping rule uses the onset (the first detectable copies).
@@ -128,6 +130,15 @@ def _from_fit(fit: PowerLawFit, x: float, label: str, warnings: list[str], scale
     return Prediction(value, lo, hi, label)
 
 
+def _nearest_group(fit_set: FitSet, value: int) -> tuple[int, PowerLawFit] | None:
+    """The fitted law of ``fit_set``'s group (a width of a law in N, an N of a law in W) nearest to ``value`` in log
+    (``value`` itself when it has one), with that group's value; None when no group has a fitted law."""
+    fitted = [(int(k), fit) for k, fit in fit_set.groups.items() if fit.fitted]
+    if not fitted:
+        return None
+    return min(fitted, key=lambda item: (abs(math.log(item[0] / value)), item[0]))
+
+
 def _from_own_width(fits: Mapping[str, FitSet], name: str, n: int, width: int,
                     warnings: list[str]) -> Prediction | None:
     """The prediction at N = ``n`` of the law ``name`` (an ``..._vs_n`` fit set) fitted at width ``width`` itself,
@@ -142,14 +153,15 @@ def _predict_tau_mem(fits: Mapping[str, FitSet], n: int, width: int, warnings: l
     own = _from_own_width(fits, "tau_mem_vs_n", n, width, warnings)
     if own is not None:
         return own
-    combined = fits["tau_mem_vs_n_over_width"].pooled
+    combined = fits["tau_mem_vs_n_over_width"].all_runs
     if combined.fitted:
         measured = sorted(fits["tau_mem_vs_n"].groups, key=float)
         if str(width) not in measured:
             warnings.append(f"W = {width} was not measured (widths {', '.join(measured)}): tau_mem assumed to depend "
                             "on N / W only (paper)")
         return _from_fit(combined, n / width, f"tau_mem_vs_n_over_width, exponent {combined.exponent:.2f}", warnings)
-    return Prediction(None, None, None, "no fitted tau_mem law: " + (fits["tau_mem_vs_n"].pooled.reason or ""))
+    return Prediction(None, None, None, f"no fitted tau_mem law at W = {width} and no tau_mem_vs_n_over_width: "
+                                        + (combined.reason or ""))
 
 
 def _predict_levels(fits: Mapping[str, FitSet], n: int, width: int,
@@ -168,17 +180,18 @@ def _predict_tau_gen(fits: Mapping[str, FitSet], n: int, width: int, warnings: l
     own = _from_own_width(fits, "tau_gen_vs_n", n, width, warnings)
     if own is not None:
         return own
-    by_width = fits["tau_gen_vs_width"].pooled
-    if by_width.fitted:
-        warnings.append("tau_gen predicted from its width law alone: assumed flat in N (paper)")
-        return _from_fit(by_width, width, f"tau_gen_vs_width, exponent {by_width.exponent:.2f}", warnings)
-    pooled = fits["tau_gen_vs_n"].pooled
-    widths = sorted(fits["tau_gen_vs_n"].groups, key=float)
-    if pooled.fitted and len(widths) == 1:
-        w0 = int(widths[0])
-        warnings.append(f"tau_gen measured at W = {w0} only: rescaled by {w0}/{width} (paper: tau_gen ~ 1/W)")
-        return _from_fit(pooled, n, f"tau_gen_vs_n at W={w0} rescaled to W={width}", warnings, scale=w0 / width)
-    reason = fits["tau_gen_vs_n"].pooled.reason or "no width law either"
+    at_n = _nearest_group(fits["tau_gen_vs_width"], n)
+    if at_n is not None:
+        n0, fit = at_n
+        if n0 != n:
+            warnings.append(f"tau_gen's width law measured at N = {n0}: assumed flat in N (paper)")
+        return _from_fit(fit, width, f"tau_gen_vs_width at N={n0}, exponent {fit.exponent:.2f}", warnings)
+    at_width = _nearest_group(fits["tau_gen_vs_n"], width)
+    if at_width is not None:
+        w0, fit = at_width
+        warnings.append(f"tau_gen measured against N at W = {w0}: rescaled by {w0}/{width} (paper: tau_gen ~ 1/W)")
+        return _from_fit(fit, n, f"tau_gen_vs_n at W={w0} rescaled to W={width}", warnings, scale=w0 / width)
+    reason = fits["tau_gen_vs_n"].all_runs.reason or "no width law either"
     return Prediction(None, None, None, f"no fitted tau_gen law: {reason}")
 
 

@@ -719,24 +719,33 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
 
 @dataclass(frozen=True)
 class FitSet:
-    """A pooled fit and the same law fitted per group (``group_key`` "width" or "n"; None = no groups)."""
+    """One law in one variable: over all runs, and per group of runs that agree on the other varied setting
+    (``group_key`` "width" for a law in N, "n" for a law in W; None = no groups).
 
-    pooled: PowerLawFit
+    ``all_runs`` is fitted only when the runs agree on ``group_key`` (one group): a law in N over runs of several
+    widths would mix the effect of N with that of W, so where the runs differ (several groups) it is not fitted, its
+    ``reason`` says so, and the laws are the groups' (diffmem.analysis.scaling)."""
+
+    all_runs: PowerLawFit
     groups: dict[str, PowerLawFit] = field(default_factory=dict)
     group_key: str | None = None
 
-    @property
-    def note(self) -> str | None:
-        """A warning when the pooled fit mixes several groups (e.g. widths, whose laws differ)."""
-        if self.group_key is not None and len(self.groups) > 1:
-            return (f"pooled over {len(self.groups)} values of {self.group_key}; the per-{self.group_key} fits in "
-                    f"by_{self.group_key} are the ones to read")
-        return None
+    def laws(self) -> list[tuple[str, PowerLawFit]]:
+        """The laws over comparable runs, each with the runs it covers: ``("width = 8", fit)`` per group when the
+        runs differ in ``group_key`` and some group has a law; else ``(label, all_runs)``, labelled by the one group
+        (``"width = 32"``) or "all runs" (no groups, or none fitted: the reason is then said once)."""
+        if self.group_key is None or not self.groups:
+            return [("all runs", self.all_runs)]
+        if len(self.groups) == 1:
+            (value,) = self.groups
+            return [(f"{self.group_key} = {value}", self.all_runs)]
+        if not any(fit.fitted for fit in self.groups.values()):
+            return [("all runs", self.all_runs)]
+        return [(f"{self.group_key} = {value}", fit) for value, fit in self.groups.items()]
 
     def to_dict(self) -> dict[str, Any]:
-        out = self.pooled.to_dict()
+        out = self.all_runs.to_dict()
         if self.group_key is not None:
-            out["pooled_note"] = self.note
             out[f"by_{self.group_key}"] = {k: f.to_dict() for k, f in self.groups.items()}
         return out
 

@@ -8,8 +8,9 @@ links are relative, so the page works wherever the folder is copied). Sections:
 1. settings: the config the runs share, section by section, and what varies between them (N, W, seed, steps, ...);
 2. timescales: one row per run, each tau with its 95 % interval ``value [lo, hi]``; a censored tau is shown as a
    bound, ``> value`` (lower) or ``< value`` (upper);
-3. laws: every fitted law of fits.json (pooled, and per width or per N where there are several) with its exponent,
-   95 % interval, prefactor, runs and cells, goodness of fit (lack-of-fit p-value or why none) and the fit method;
+3. laws: every law of fits.json over comparable runs (a law in N per width, a law in W per N: FitSet.laws; the
+   joint laws over the whole grid), each with the runs it covers, its exponent, 95 % interval, prefactor, runs and
+   cells, goodness of fit (lack-of-fit p-value or why none) and the fit method;
 4. split pairs, only when summary.csv has pair columns (pairs.jsonl, `diffmem pairs`): one row per pair with
    tau_bias and its bracket beside both members' tau_gen and tau_mem and whether tau_bias comes before tau_mem, the
    tau_bias laws of fits.json, the pairs figure;
@@ -54,6 +55,14 @@ FIGURE_CAPTIONS = {
                "tau_gen, inside the window and after tau_mem.",
 }
 """One sentence per figure kind, keyed by the figure name or its prefix before '_' (window_w08, gallery_n..)."""
+
+
+COMPARABLE_RUNS = ("A law in one variable is fitted over runs that agree on the other setting the grid varies: a law in "
+                   "n over the runs of one width, a law in width over the runs of one n (column runs). Over runs "
+                   "that differ in both it would mix their effects, so there is none; the laws over every run are "
+                   "the joint laws (x = n and width) and `tau_mem_vs_n_over_width`, which assumes tau_mem depends on "
+                   "N / W only.")
+"""The Laws section's sentence on which runs each law covers (docs/analysis.md, "The laws fitted")."""
 
 
 def _caption(name: str) -> str:
@@ -152,10 +161,7 @@ def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[li
     goodness of fit flags a problem: :meth:`GoodnessOfFit.flagged`)."""
     rows, not_fitted, flagged = [], [], []
     for name, fit_set in fits.items():
-        entries = [("all runs", fit_set.pooled)]
-        if len(fit_set.groups) > 1 and fit_set.pooled.fitted:  # an unfitted pooled law says why once
-            entries += [(f"{fit_set.group_key} = {k}", f) for k, f in fit_set.groups.items()]
-        for group, fit in entries:
+        for group, fit in fit_set.laws():
             if fit.fitted:
                 rows.append(_fit_row(name, group, fit))
                 flags = fit.gof.flagged() if fit.gof is not None else []
@@ -181,7 +187,7 @@ def laws_section(fits_json: dict[str, Any], rows: Sequence[list[str]]) -> list[s
     """The fitted laws tau = prefactor * x^exponent with their 95 % intervals and goodness of fit."""
     lines = ["## Laws", "",
              f"From `fits.json`: tau = prefactor * x^exponent, fitted by `{fits_json.get('method_name')}`: "
-             f"{fits_json.get('method', '')}", ""]
+             f"{fits_json.get('method', '')}", "", COMPARABLE_RUNS, ""]
     if not rows:
         return lines + ["No law could be fitted (see below).", ""]
     return lines + _table(["law", "runs", "x", "exponent [95 %]", "prefactor", "data", "goodness of fit"],

@@ -4,12 +4,15 @@ The fit method (cells of seeds, least squares on cell means, Student-t interval,
 :mod:`diffmem.analysis.powerlaw`; docs/analysis.md copies it with its coverage study. Censored runs (bounds, not
 measurements) are listed with their bound and left out; runs without the quantity are listed with the reason.
 
-fits.json holds ``tau_mem_vs_n`` and ``tau_gen_vs_n`` (pooled over widths, plus ``by_width``), ``tau_gen_vs_width``
-and ``tau_mem_vs_width`` (pooled over N, plus ``by_n``), ``tau_mem_vs_n_over_width`` (x = N / W, all runs),
-``tau_mem_epochs_vs_n``, the level crossings ``tau_mem_at_{level}_vs_n`` and ``_vs_width`` (one per level of
-``eval.mem_levels``), and the joint laws ``tau_mem_vs_n_and_width`` and ``tau_gen_vs_n_and_width`` (tau ~ N^a W^b,
-fitted where N and W both vary). An experiment with split pairs (pairs.jsonl, `diffmem pairs`) adds tau_bias per pair
-(:data:`PAIR_COLUMNS` of summary.csv) and its laws ``tau_bias_vs_n``, ``tau_bias_vs_width`` and
+fits.json holds ``tau_mem_vs_n`` and ``tau_gen_vs_n`` (per width: ``by_width``), ``tau_gen_vs_width`` and
+``tau_mem_vs_width`` (per N: ``by_n``), ``tau_mem_vs_n_over_width`` (x = N / W over the whole grid: it assumes
+tau_mem depends on N / W only), ``tau_mem_epochs_vs_n``, the level crossings ``tau_mem_at_{level}_vs_n`` and
+``_vs_width`` (one per level of ``eval.mem_levels``), and the joint laws ``tau_mem_vs_n_and_width`` and
+``tau_gen_vs_n_and_width`` (tau ~ N^a W^b, fitted where N and W both vary). A law in one variable is fitted over runs
+that agree on the other varied setting, per width for a law in N and per N for a law in W; its top-level entry (over
+all runs) is fitted only when the runs agree on that setting and otherwise says why not (:func:`_law_set`): the joint
+law is the one law over the whole grid. An experiment with split pairs (pairs.jsonl, `diffmem pairs`) adds tau_bias
+per pair (:data:`PAIR_COLUMNS` of summary.csv) and its laws ``tau_bias_vs_n``, ``tau_bias_vs_width`` and
 ``tau_bias_vs_n_and_width``, one point per pair.
 """
 from __future__ import annotations
@@ -370,18 +373,33 @@ def _by(runs, key: str, quantity: str, x_name: str, x_of) -> dict[str, PowerLawF
     return {str(v): _fit([r for r in runs if getattr(r, key) == v], quantity, x_name, x_of) for v in values}
 
 
+def _law_set(runs, quantity: str, x_name: str, x_of, key: str) -> FitSet:
+    """``quantity`` against ``x_name`` per value of ``key`` (the other varied setting), and over all runs only when
+    they agree on ``key``: over runs that differ in it the law would mix the two settings' effects (in an uneven grid
+    such as N = 32..256 at W = 8 plus W = 16, 32 at N = 64 its exponent depends on how the grid is laid out), so it is
+    not fitted and its reason names the laws to read instead. A law that no x variation allows keeps its own reason."""
+    groups = _by(runs, key, quantity, x_name, x_of)
+    over_all = _fit(runs, quantity, x_name, x_of)
+    if over_all.fitted and len(groups) > 1:
+        over_all = PowerLawFit(quantity, x_name, points=(), reason=(
+            f"the runs differ in {key} ({', '.join(groups)}): a law in {x_name} over all of them would mix the "
+            f"effects of {x_name} and {key}; the laws over runs of one {key} are in by_{key}, and a joint law of "
+            "n and width (where fitted) covers the whole grid"))
+    return FitSet(over_all, groups, key)
+
+
 def _vs_n(runs, quantity: str) -> FitSet:
-    """``quantity`` against N: pooled over widths, and per width."""
-    return FitSet(_fit(runs, quantity, "n", _n_of), _by(runs, "width", quantity, "n", _n_of), "width")
+    """``quantity`` against N, per width (over all runs when there is one width)."""
+    return _law_set(runs, quantity, "n", _n_of, "width")
 
 
 def _vs_width(runs, quantity: str) -> FitSet:
-    """``quantity`` against W: pooled over N, and per N."""
-    return FitSet(_fit(runs, quantity, "width", _width_of), _by(runs, "n", quantity, "width", _width_of), "n")
+    """``quantity`` against W, per N (over all runs when there is one N)."""
+    return _law_set(runs, quantity, "width", _width_of, "n")
 
 
 def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
-    """The laws of one variable in fits.json (see the module docstring), each pooled and per group."""
+    """The laws of one variable in fits.json (see the module docstring), per group of comparable runs."""
     fits = {
         "tau_mem_vs_n": _vs_n(runs, "tau_mem"),
         "tau_gen_vs_n": _vs_n(runs, "tau_gen"),
@@ -397,8 +415,8 @@ def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
 
 
 def fit_pairs(pairs: Sequence[PairSummary]) -> tuple[dict[str, FitSet], dict[str, JointLawFit]]:
-    """tau_bias's laws, one point per split pair, by the method of tau_mem's: ``tau_bias_vs_n`` (pooled, and
-    ``by_width``), ``tau_bias_vs_width`` (pooled, and ``by_n``) and the joint ``tau_bias_vs_n_and_width``."""
+    """tau_bias's laws, one point per split pair, by the method of tau_mem's: ``tau_bias_vs_n`` (``by_width``),
+    ``tau_bias_vs_width`` (``by_n``) and the joint ``tau_bias_vs_n_and_width``."""
     fits = {"tau_bias_vs_n": _vs_n(pairs, "tau_bias"), "tau_bias_vs_width": _vs_width(pairs, "tau_bias")}
     for name in sorted({name for p in pairs for name in p.levels}, key=level_of):
         fits[f"{name}_vs_n"] = _vs_n(pairs, name)
@@ -485,8 +503,10 @@ class Summary:
     pairs: tuple[PairSummary, ...] = ()  # split pairs (pairs.jsonl), with tau_bias
 
     def format(self) -> str:
-        """Human text: one line per run, the seed cells (when there are seeds), one line per fitted law with its
-        goodness of fit, the notes, the files written."""
+        """Human text: one line per run, the seed cells (when there are seeds), one line per fitted law over
+        comparable runs (:meth:`FitSet.laws`) with the runs it covers and its goodness of fit (a law none of whose
+        groups is fitted: one line with the reason; report.md lists every law not fitted), the notes, the files
+        written."""
         lines = [f"{len(self.runs)} run(s) in {self.experiment_dir}"]
         for r in self.runs:
             def show(e: Estimate) -> str:
@@ -517,7 +537,8 @@ class Summary:
                          f"tau_bias={show(p.tau_bias)}"
                          + "".join(f"  {name}={show(est)}" for name, est in p.levels.items()))
         for name, fs in self.fits.items():
-            lines.append(f"  {name}: {fs.pooled.describe()}")
+            shown = [(label, fit) for label, fit in fs.laws() if fit.fitted] or fs.laws()[:1]
+            lines += [f"  {name} ({label}): {fit.describe()}" for label, fit in shown]
         for name, fit in self.joint.items():
             lines.append(f"  {name}: {fit.describe()}")
         lines += [f"  note: {note}" for note in self.notes]

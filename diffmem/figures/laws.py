@@ -2,7 +2,11 @@
 
 - ``scaling`` (:func:`plot_scaling`): tau_mem (its onset and each level crossing) and tau_gen against N (log-log),
   per width, with the fitted law and its 95 % band; censored runs as open triangles (pointing up: lower bound).
-- ``width`` (:func:`plot_width`): tau_gen and tau_mem / N against W (only with several widths), with a 1/W guide.
+- ``width`` (:func:`plot_width`): tau_gen and tau_mem / N against W (only with several widths), per N, with each
+  N's fitted law and a 1/W guide.
+
+Every law drawn is one over comparable runs (a law in N at one width, a law in W at one N: fits.json's ``by_width``
+and ``by_n``), never one over runs that differ in the other setting.
 
 :func:`draw_fit` also draws the theory's fitted laws (diffmem.theory.figures).
 """
@@ -217,18 +221,18 @@ PAPER_EXPONENT_W = {"tau_gen": -1.0, "tau_mem": -1.0}
 
 def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     """tau_gen and tau_mem / N against W, per N, when several widths exist: the points with their 95 % intervals,
-    the fitted laws (tau_gen pooled over N, tau_mem per N divided by N) with their bands and the paper's 1/W through
-    the points' centroid."""
+    each N's fitted law (tau_gen_vs_width and tau_mem_vs_width of that N, the latter divided by N: laws over runs of
+    one N only) with its band, and the paper's 1/W through the points' centroid."""
     if len(data.widths) < 2:
         return FigureResult("width", skipped=f"only one width ({data.widths[0]}): nothing to plot against W")
-    panels = _present(data, (("tau_gen", r"$\tau_\mathrm{gen}$ (steps)", lambda r: 1.0),
+    panels = _present(data, (("tau_gen", r"$\tau_\mathrm{gen}$ (steps)", lambda r: 1.0, "tau_gen_vs_width"),
                              ("tau_mem", r"$\tau_\mathrm{mem} / N$ (steps per image)",
-                              lambda r: float(r["n"]))))
+                              lambda r: float(r["n"]), "tau_mem_vs_width")))
     if not panels:
         return FigureResult("width", skipped="no tau_gen and no tau_mem in summary.csv")
     fig, axes = new_figure(len(panels), size=(3.4, 3.2))
     colors = n_colors(data.ns)
-    for ax, (key, label, scale) in zip(axes, panels):
+    for ax, (key, label, scale, fit_name) in zip(axes, panels):
         handles, xs, ys, all_ys = [], [], [], []
         for n in data.ns:
             rows = [r for r in data.rows if r["n"] == n]
@@ -240,15 +244,11 @@ def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                 if not r.get(f"{key}_censored"):
                     xs.append(r["width"])
                     ys.append(r[key] / scale(r))
-            if key == "tau_mem" and data.fits is not None and len({r["width"] for r in rows}) >= 2:
-                text = draw_fit(ax, data.fits["tau_mem_vs_width"].groups.get(str(n)), colors[n], "W", scale=n)
+            if len({r["width"] for r in rows}) >= 2:
+                text = draw_fit(ax, _group_fit(data, fit_name, str(n)), colors[n], "W", scale=scale(rows[0]))
                 if text:
                     handles.append(Line2D([], [], color=colors[n], label=f"N={n}: {text}"))
         handles = [Line2D([], [], color=colors[n], marker="o", ls="none", label=f"N={n}") for n in data.ns] + handles
-        fit = data.fits["tau_gen_vs_width"].pooled if (key == "tau_gen" and data.fits is not None) else None
-        text = draw_fit(ax, fit, "0.2", "W")
-        if text:
-            handles.append(Line2D([], [], color="0.2", label=text + (" (all N)" if len(data.ns) > 1 else "")))
         if any("[" in h.get_label() for h in handles):
             handles.append(_band_entry())
         reference = draw_reference(ax, xs, ys, PAPER_EXPONENT_W[key],
