@@ -41,6 +41,8 @@ from functools import lru_cache
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+from tqdm import tqdm
+
 from diffmem.analysis.powerlaw import (bracket_variances, cell_bracket_variance, cell_least_squares, lack_of_fit,
                                        leave_one_out, make_cells)
 from diffmem.analysis.timescales import binomial_interval, tau_mem_level
