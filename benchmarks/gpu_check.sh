@@ -16,6 +16,7 @@ dry=0
 if [ "${1:-}" = "--cpu-dry-run" ]; then
     dry=1
     DEVICE=cpu BATCH=${BATCH:-8} STEPS=${STEPS:-2} WIDTHS=${WIDTHS:-8} COMPILE=${COMPILE:-0} SAMPLES=${SAMPLES:-8}
+    SAMPLE_WIDTH=${SAMPLE_WIDTH:-8} SAMPLER_STEPS=${SAMPLER_STEPS:-3}
 fi
 device=${DEVICE:-cuda}
 batch=${BATCH:-512}
@@ -23,6 +24,8 @@ steps=${STEPS:-30}
 widths=${WIDTHS:-"8 32"}
 compile=${COMPILE:-1}
 samples=${SAMPLES:-2048}
+sample_width=${SAMPLE_WIDTH:-32}
+sampler_steps=${SAMPLER_STEPS:-50}
 out=${OUT:-$(mktemp -d -t gpu_check.XXXXXX)}
 mkdir -p "$out"
 : > "$out/bench.jsonl"
@@ -41,8 +44,8 @@ for w in $widths; do
         bench_train --width "$w" --warmup 10 --precision bf16 --channels-last --compile
     fi
 done
-bench sample --device "$device" --attention --width 32 --image-size 32 --n-samples "$samples" \
-    --sampler-steps 50 --batch-size 1024
+bench sample --device "$device" --attention --width "$sample_width" --image-size 32 --n-samples "$samples" \
+    --sampler-steps "$sampler_steps" --batch-size 1024
 
 if [ "$dry" = 1 ]; then
     python benchmarks/gpu_repro.py --cpu-dry-run --out "$out"

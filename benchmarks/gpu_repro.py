@@ -40,7 +40,7 @@ GPU_RUN = ["data.source=lfw_faces", "data.image_size=32", "data.n=64", "data.n_h
            "train.steps=1500", "train.device=cuda", "eval.inline=false", "eval.times=4"]
 DRY_RUN = ["data.source=lfw_faces", "data.image_size=16", "data.n=8", "data.n_heldout=36", "model.width=8",
            "model.attention=false", "model.norm_groups=1", "train.optimizer=adam", "train.lr=1e-3",
-           "train.batch_size=4", "train.steps=300", "train.device=cpu", "train.num_threads=1", "eval.inline=false",
+           "train.batch_size=4", "train.steps=100", "train.device=cpu", "train.num_threads=1", "eval.inline=false",
            "eval.times=4"]
 
 
