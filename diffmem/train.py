@@ -299,14 +299,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
         step = int(state["step"])
         saved = Trajectory.saved(state, trajectory)
         trajectory = saved.continued_by(trajectory)
-        seed = resume_rng(state, generator, device)
-        if seed is not None:
-            warnings.warn(f"{run.path}: the state of step {step} was saved on {saved.device} and this process trains "
-                          f"on {device.type}, whose generators cannot take its random number states: batch order, "
-                          f"noise and dropout go on from generators re-seeded with {seed} (derived from the saved "
-                          f"state), so the run keeps the statistics of an uninterrupted run but not its bits "
-                          f"(recorded in config.json under \"reseeded\"); to keep the bits, resume on {saved.device}")
-            record_reseed(run, step, saved.device, device.type, seed)
+        reseeded = resume_rng(state, generator, device)
         train_s_before = float(state.get("train_s", 0.0))
         log(f"{run.path}: resuming at step {step}")
         del state
@@ -317,6 +310,13 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     if lost and not rewrite_checkpoints(cfg, run, lost, model, step, device, trajectory, progress=progress, log=log):
         log(f"{run.path}: interrupted while writing lost checkpoints again; rerun the same command to continue")
         return TrainResult(INTERRUPTED, step, run.path)
+    if resumed and reseeded is not None:  # recorded once training goes on from the state
+        warnings.warn(f"{run.path}: the state of step {step} was saved on {saved.device} and this process trains "
+                      f"on {device.type}, whose generators cannot take its random number states: batch order, "
+                      f"noise and dropout go on from generators re-seeded with {reseeded} (derived from the saved "
+                      f"state), so the run keeps the statistics of an uninterrupted run but not its bits "
+                      f"(recorded in config.json under \"reseeded\"); to keep the bits, resume on {saved.device}")
+        record_reseed(run, step, saved.device, device.type, reseeded)
 
     evaluator = None
     if cfg.eval.inline:
