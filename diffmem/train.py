@@ -44,9 +44,9 @@ from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
 from diffmem.refine import refine_brackets, stop_reason
 from diffmem.eval_grid import evaluation_steps, kept_steps
 from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, Trajectory,
-                            TrajectoryNotReplayable, capture_rng, check_same_config, continue_as_recorded, extend_budget,
-                            extends_budget, load_resume_state, prepare_run_folder, record_reseed, require_folder,
-                            resume_rng)
+                            TrajectoryNotReplayable, capture_rng, check_same_config, continue_as_recorded,
+                            extend_budget, extends_budget, load_resume_state, prepare_run_folder, record_reseed,
+                            require_folder, resume_rng)
 
 
 class TrainingDiverged(RuntimeError):

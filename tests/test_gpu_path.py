@@ -117,8 +117,10 @@ def test_the_trajectory_says_when_training_again_would_not_give_the_same_bits(mo
     fast = Trajectory.segment(cuda, deterministic=False, compile=False, channels_last=False)
     assert fast.not_replayable == "trained on cuda with train.deterministic = false"
     assert det.continued_by(det) == det
-    assert "channels_last (False -> True)" in det.continued_by(Trajectory("cuda", H100, channels_last=True)).not_replayable
-    assert "gpu ('NVIDIA H100 80GB HBM3' -> 'NVIDIA A100')" in det.continued_by(Trajectory("cuda", "NVIDIA A100")).not_replayable
+    layout = det.continued_by(Trajectory("cuda", H100, channels_last=True))
+    assert layout.not_replayable == "resumed with a changed channels_last (False -> True)"
+    other_card = det.continued_by(Trajectory("cuda", "NVIDIA A100"))
+    assert other_card.not_replayable == "resumed with a changed gpu ('NVIDIA H100 80GB HBM3' -> 'NVIDIA A100')"
     assert fast.continued_by(det).not_replayable == fast.not_replayable  # once lost, never back
     # a state written before the record: a CPU one is replayable as before, a GPU one is not known to be
     current = Trajectory("cpu", compile=True)

@@ -4,8 +4,8 @@ All three are submitit's (this module only decides when to submit and keeps the 
 
 * ``debug``: in this process, one job after the other (submitit's DebugExecutor);
 * ``local``: subprocesses on this machine (submitit's LocalExecutor), at most K at once, the longest runs first, one
-  GPU each (``CUDA_VISIBLE_DEVICES``, ``--gpus`` counted as this process counts its GPUs) when GPUs exist, and ``cpu_count // K`` torch threads each (unless
-  train.num_threads is set);
+  GPU each (``CUDA_VISIBLE_DEVICES``; ``--gpus`` counted as this process counts its GPUs) when GPUs exist, and
+  ``cpu_count // K`` torch threads each (unless train.num_threads is set);
 * ``slurm``: job arrays submitted with sbatch (:mod:`diffmem.cluster.slurm`); with ``wait`` the executor then
   follows the jobs, and those of runs queued or running already, until each has ended, and reports them as the
   local executor does.

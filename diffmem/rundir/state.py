@@ -193,8 +193,9 @@ class Trajectory:
         """The trajectory of a run whose state had this one, continued by the segment ``current``."""
         why = self.not_replayable or current.not_replayable
         if not why:
-            changed = [f"{k} ({getattr(self, k)!r} -> {getattr(current, k)!r})"
-                       for k in ("device", "gpu", "compile", "channels_last") if getattr(self, k) != getattr(current, k)]
+            keys = ("device", "gpu", "compile", "channels_last")
+            changed = [f"{k} ({getattr(self, k)!r} -> {getattr(current, k)!r})" for k in keys
+                       if getattr(self, k) != getattr(current, k)]
             why = "resumed with a changed " + ", ".join(changed) if changed else ""
         return replace(current, not_replayable=why)
 
