@@ -4,7 +4,8 @@
   bfloat16; parameters, optimizer state and the loss's reduction stay fp32. On GPUs with bf16 tensor cores this is the
   fast path; the result is a slightly different loss trajectory (tests/test_acceleration.py bounds it).
 - ``train.channels_last = true``: model weights and the data tensor in channels-last memory format (NHWC), which
-  cuDNN's fastest convolution kernels want. Numerically the same computation.
+  cuDNN's fastest convolution kernels want. The same computation, rounded by other kernels (and with element
+  dropout, ``model.dropout_type = "element"``, masks drawn in memory order, so other, equally random, masks).
 - ``train.compile = true``: the training forward goes through ``torch.compile`` (TorchInductor). The run folder's
   weights are those of the uncompiled module, which shares its parameters, so checkpoints and resume are unchanged.
   Inductor draws the random numbers of dropout as eager PyTorch does (``torch._inductor.config.fallback_random``),
