@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from diffmem import __version__
-from diffmem.config import TRAIN_PRECISIONS, demo_config_path
+from diffmem.config import TRAIN_PRECISIONS, TrainConfig, demo_config_path
 
 VERBS = {
     "prepare": "turn a local CelebA copy or image folder into one cached uint8 tensor + manifest",
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jobs at once (local: default one per GPU, else one per CPU core; slurm: the array's %%K)")
     p.add_argument("--eval-separately", action="store_true",
                    help="train without inline evaluation, then evaluate each run in its own job")
-    p.add_argument("--gpus", metavar="0,1,...", help="local: GPU indices to use (default every visible GPU)")
+    p.add_argument("--gpus", metavar="0,1,...", help="local: GPU indices to use, as this process counts them (default every visible GPU)")
     p.add_argument("--time", type=float, metavar="HOURS", dest="time_hours",
                    help="slurm: time limit per job (default 24); local: a time slice per job (default none); a job "
                         "that reaches it is requeued and continues from state.pt")
@@ -187,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--precision", default="fp32", choices=TRAIN_PRECISIONS,
                    help="bf16: autocast of the U-Net forward (train.precision; default fp32)")
     q.add_argument("--compile", action="store_true", help="torch.compile the training forward (train.compile)")
+    q.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=TrainConfig.deterministic,
+                   help="CUDA: deterministic algorithms (train.deterministic; default on)")
     q = bench.choices["sample"]
     q.add_argument("--n-samples", type=_positive_int, default=256, help="images sampled (default 256)")
     q.add_argument("--sampler-steps", type=_positive_int, default=50, help="DDIM steps (default 50)")
@@ -367,7 +369,8 @@ def cmd_bench(args) -> int:
     if args.bench_verb == "train":
         out = bench_train(args.width, args.image_size, args.batch, args.steps, attention=args.attention,
                           warmup=args.warmup, adam_impl=args.adam_impl, channels_last=args.channels_last,
-                          precision=args.precision, compile=args.compile, **common)
+                          precision=args.precision, compile=args.compile, deterministic=args.deterministic,
+                          **common)
     elif args.bench_verb == "sample":
         out = bench_sample(args.width, args.image_size, args.n_samples, args.sampler_steps, attention=args.attention,
                            batch_size=args.batch_size, **common)

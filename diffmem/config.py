@@ -86,8 +86,9 @@ class TrainConfig:
     batch_size: int = 512  # the effective batch is min(batch_size, data.n)
     steps: int = 2_000_000
     seed: int = 0
-    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:K" (K < the GPUs the job sees)
     num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
+    deterministic: bool = True  # CUDA: deterministic algorithms (bitwise resume and replay; see docs/run-folder.md)
     precision: str = "fp32"  # "fp32" | "bf16" (autocast of the U-Net forward; see diffmem/acceleration.py)
     channels_last: bool = False  # model and data in channels-last memory format
     compile: bool = False  # torch.compile the training forward
@@ -705,8 +706,10 @@ def _validate_eval(e: EvalConfig, cfg: RunConfig) -> None:
 
 
 # Keys that may change between reruns of one run folder: they change how a run executes, not what it computes.
-EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.channels_last", "train.compile", "eval.inline",
-                            "eval.batch_size", "eval.fid_weights"})
+# A change of train.device, train.deterministic, train.channels_last or train.compile keeps the statistics of the
+# trajectory but not its bits: the training state records it (diffmem.rundir.state.Trajectory).
+EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.deterministic", "train.channels_last",
+                            "train.compile", "eval.inline", "eval.batch_size", "eval.fid_weights"})
 # Keys that only the analysis of a run's metrics reads: they change neither training nor any evaluation, so they may
 # change between reruns too, and a run folder written before one of them continues with today's value.
 ANALYSIS_KEYS = frozenset({"eval.mem_levels", "eval.bias_levels"})

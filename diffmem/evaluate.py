@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from diffmem.acceleration import deterministic_algorithms
 from diffmem.config import ConfigError, EvalConfig, RunConfig
 from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to_model, to_pixels, to_uint8
 from diffmem.device import resolve_device
@@ -271,11 +272,11 @@ def lost_evaluations(run: RunDir) -> list[int]:
 @contextmanager
 def _locked_evaluator(run: RunDir, cfg: RunConfig, device: str, log: Callable[[str], None]) -> Iterator[Evaluator]:
     """An Evaluator of ``run`` with ``cfg``, while holding the run's lock (never two processes appending to one
-    metrics.jsonl)."""
+    metrics.jsonl), under the run's train.deterministic as inline evaluation is (the same kernels on a GPU)."""
     images = load_images(cfg.data)
     splits = make_splits(images, cfg.data)
     dev = resolve_device(device)
-    with RunLock(run):
+    with RunLock(run), deterministic_algorithms(cfg.train.deterministic, dev):
         yield Evaluator(cfg, run, splits, images.sha256, Diffusion(cfg.diffusion), dev, log=log)
 
 

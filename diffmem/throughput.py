@@ -9,8 +9,9 @@ image_size, attention)`` and use Adam at lr 1e-4.
 
 FLOPs are those ``torch.utils.flop_counter.FlopCounterMode`` counts (matmuls and convolutions, forward + backward of
 one training step; normalisation, activations and the optimizer are not counted). The machine's peak is the best of
-a few timed dense n x n matmuls in the same process (fp32; also bf16 on a GPU), so utilisation = achieved / peak is a
-ratio of two numbers measured side by side.
+a few timed dense n x n matmuls in the same process, in the math the timed step used (fp32, TF32 on a GPU where
+torch lets cuDNN or cuBLAS use it, bf16 under ``precision="bf16"``: :func:`peak_flops`), so utilisation = achieved /
+peak is a ratio of two numbers measured side by side and the peak is not that of slower math than the step's.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from diffmem.acceleration import PRECISIONS, memory_format, step_model
+from diffmem.acceleration import PRECISIONS, deterministic_algorithms, memory_format, step_model
 from diffmem.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from diffmem.data import to_model, train_mean
 from diffmem.device import resolve_device
@@ -71,18 +72,37 @@ def matmul_flops_per_s(device: torch.device | str = "cpu", dtype: torch.dtype = 
     return 2.0 * n ** 3 / best
 
 
-def peak_flops(device: torch.device, n: int = 0) -> dict[str, float]:
-    """``{"fp32": FLOP/s}`` on CPU; ``{"fp32": ..., "bf16": ...}`` on a GPU (TF32 off, so fp32 is true fp32), from
-    n x n matmuls (n = 0: 2048 on CPU, 8192 on a GPU; smaller n measures less than the peak)."""
-    if device.type != "cuda":
-        return {"fp32": matmul_flops_per_s(device, n=n or 2048)}
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        fp32 = matmul_flops_per_s(device, torch.float32, n=n or 8192, repeats=5)
-    finally:
+def uses_tf32() -> bool:
+    """Whether this process's fp32 GPU kernels may use TF32 tensor cores: matmuls
+    (``torch.backends.cuda.matmul.allow_tf32``, off by default) or cuDNN convolutions
+    (``torch.backends.cudnn.allow_tf32``, on by default; the U-Net's FLOPs are mostly convolutions)."""
+    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+
+
+def peak_flops(device: torch.device, n: int = 0, precision: str = "fp32") -> dict[str, Any]:
+    """The dense matmul peak of the math a training step of ``precision`` uses, measured as that step runs, so that
+    utilisation = achieved / peak stays below 1: "fp32" (FLOP/s) with TF32 allowed when :func:`uses_tf32` says the
+    step's kernels may use it ("math": "tf32", else "fp32"); with ``precision`` "bf16" also "bf16", and the peak
+    (the larger: autocast runs some ops in fp32) is then "math" "bf16". "peak": the denominator. From n x n matmuls
+    (n = 0: 2048 on CPU, 8192 on a GPU; a smaller n measures less than the peak)."""
+    big = device.type == "cuda"
+    size, repeats = n or (8192 if big else 2048), 5 if big else 3
+    tf32 = big and uses_tf32()
+    if big:
+        before = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
-    return {"fp32": fp32, "bf16": matmul_flops_per_s(device, torch.bfloat16, n=n or 8192, repeats=5)}
+    try:
+        out: dict[str, Any] = {"fp32": matmul_flops_per_s(device, torch.float32, n=size, repeats=repeats),
+                               "math": "tf32" if tf32 else "fp32"}
+    finally:
+        if big:
+            torch.backends.cuda.matmul.allow_tf32 = before
+    out["peak"] = out["fp32"]
+    if precision == "bf16":
+        out["bf16"] = matmul_flops_per_s(device, torch.bfloat16, n=size, repeats=repeats)
+        if out["bf16"] > out["fp32"]:
+            out["peak"], out["math"] = out["bf16"], "bf16"
+    return out
 
 
 def training_step_flops(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Tensor,
@@ -120,13 +140,15 @@ def _apply_threads(threads: int) -> None:
 def bench_train(width: int, image_size: int, batch: int, steps: int, device: str = "cpu", attention: bool = False,
                 warmup: int = 3, *, n_images: int = 1024, threads: int = 0, adam_impl: str = "default",
                 channels_last: bool = False, precision: str = "fp32", compile: bool = False,
-                peak_matmul_n: int = 0, log: Callable[[str], None] = _quiet) -> dict[str, Any]:
+                deterministic: bool = TrainConfig.deterministic, peak_matmul_n: int = 0,
+                log: Callable[[str], None] = _quiet) -> dict[str, Any]:
     """Time ``steps`` training steps of diffmem's loop (after ``warmup`` untimed ones) and count their FLOPs.
 
     ``adam_impl``: "default" is the optimizer ``diffmem.train.build_optimizer`` builds (torch's Adam with its default
     implementation); "foreach" / "fused" / "single" force that Adam implementation, to measure what a switch would
     change. ``channels_last``, ``precision`` and ``compile`` are the training switches of
-    :mod:`diffmem.acceleration` (train.channels_last, train.precision, train.compile). ``threads`` > 0 calls
+    :mod:`diffmem.acceleration` (train.channels_last, train.precision, train.compile); ``deterministic`` is
+    train.deterministic (CUDA only; its default is the config's). ``threads`` > 0 calls
     ``torch.set_num_threads``. ``peak_matmul_n``: the side of the timed matmuls (0: see :func:`peak_flops`).
     Returns images_per_s, s_per_step (wall seconds per optimizer step), flops_per_step, achieved_flops_per_s,
     peak_flops_per_s (fp32 matmul; peak_bf16_flops_per_s on a GPU), utilisation, and the settings.
@@ -159,29 +181,31 @@ def bench_train(width: int, image_size: int, batch: int, steps: int, device: str
 
     model.train()
     t0 = time.perf_counter()
-    for i in range(warmup + steps):
-        if i == warmup:
-            _sync(dev)
-            t0 = time.perf_counter()
-        window[i] = training_step(stepper, diffusion, optimizer, batcher, train_x, generator, precision)
-    _sync(dev)
+    with deterministic_algorithms(deterministic, dev):
+        for i in range(warmup + steps):
+            if i == warmup:
+                _sync(dev)
+                t0 = time.perf_counter()
+            window[i] = training_step(stepper, diffusion, optimizer, batcher, train_x, generator, precision)
+        _sync(dev)
     elapsed = time.perf_counter() - t0
     final_loss = float(window[-1])
     log(f"bench train: {steps} steps in {elapsed:.3f} s, last loss {final_loss:.4f}; counting FLOPs")
 
     flops = training_step_flops(model, diffusion, train_x[:cfg.batch_size], generator)
     log("bench train: timing dense matmuls for the machine's peak")
-    peak = peak_flops(dev, peak_matmul_n)
+    peak = peak_flops(dev, peak_matmul_n, precision)
     s_per_step = elapsed / steps
     achieved = flops / s_per_step
     out = {
         "impl": "diffmem", "width": width, "image_size": image_size, "batch": cfg.batch_size, "steps": steps,
         "warmup": warmup, "attention": attention, "device": str(dev), "threads": torch.get_num_threads(),
         "adam_impl": adam_impl, "channels_last": channels_last, "precision": precision, "compile": compile,
+        "deterministic": deterministic,
         "params": count_parameters(model),
         "s_per_step": s_per_step, "images_per_s": steps * cfg.batch_size / elapsed, "final_loss": final_loss,
-        "flops_per_step": flops, "achieved_flops_per_s": achieved, "peak_flops_per_s": peak["fp32"],
-        "utilisation": achieved / peak["fp32"],
+        "flops_per_step": flops, "achieved_flops_per_s": achieved, "peak_flops_per_s": peak["peak"],
+        "peak_math": peak["math"], "utilisation": achieved / peak["peak"],
     }
     if "bf16" in peak:
         out["peak_bf16_flops_per_s"] = peak["bf16"]
@@ -220,7 +244,7 @@ def bench_sample(width: int, image_size: int, n_samples: int = 256, sampler_step
         x = torch.zeros((1, *shape), device=dev)
         model(x, torch.zeros(1, dtype=torch.long, device=dev))
     flops_per_image_step = int(counter.get_total_flops())
-    peak = peak_flops(dev, peak_matmul_n)["fp32"]
+    peak = peak_flops(dev, peak_matmul_n)["peak"]
     steps_per_image = diffusion.network_calls("ddim", sampler_steps)
     calls = -(-n_samples // batch_size) * steps_per_image
     achieved = flops_per_image_step * n_samples * steps_per_image / seconds

@@ -22,6 +22,7 @@ import signal
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -37,14 +38,15 @@ from diffmem.diffusion import Diffusion
 from diffmem.evaluate import CheckpointDamaged, Evaluator, load_checkpoint, reference_set_size
 from diffmem.metrics.fid import check_extractor
 from diffmem.io import atomic_torch_save, atomic_write_text
-from diffmem.acceleration import autocast, memory_format, step_model
+from diffmem.acceleration import autocast, deterministic_algorithms, evaluation_copy, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
 from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
 from diffmem.refine import refine_brackets, stop_reason
 from diffmem.eval_grid import evaluation_steps, kept_steps
-from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, check_same_config,
-                            continue_as_recorded, extend_budget, extends_budget, load_resume_state, prepare_run_folder,
-                            require_folder)
+from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, Trajectory,
+                            TrajectoryNotReplayable, capture_rng, check_same_config, continue_as_recorded,
+                            extend_budget, extends_budget, load_resume_state, prepare_run_folder, record_reseed,
+                            require_folder, resume_rng)
 
 
 class TrainingDiverged(RuntimeError):
@@ -117,20 +119,6 @@ class EpochBatcher:
         self.pos = int(state["pos"])
 
 
-def _rng_state(generator: torch.Generator, device: torch.device) -> dict[str, Any]:
-    state = {"generator": generator.get_state(), "torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], generator: torch.Generator, device: torch.device) -> None:
-    generator.set_state(state["generator"])
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 @contextlib.contextmanager
 def _stop_on_signals(flag: list[str]):
     """While active, SIGTERM / SIGUSR2 / SIGINT record their name in ``flag`` instead of killing the process."""
@@ -176,14 +164,23 @@ def has_work(cfg: RunConfig, run: RunDir) -> bool:
 
 
 def rewrite_checkpoints(cfg: RunConfig, run: RunDir, steps: list[int], model: torch.nn.Module, step: int,
-                        device: torch.device, *, progress: bool, log: Callable[[str], None]) -> bool:
+                        device: torch.device, trajectory: Trajectory, *, progress: bool,
+                        log: Callable[[str], None]) -> bool:
     """Write again the checkpoints of evaluation ``steps`` (at most ``step``, the step of the state just loaded into
     ``model``) whose files are missing or damaged; a damaged file is first set aside as ``step_*.damaged.pt``.
 
     The weights of ``step`` come from the state; earlier ones from training the run again from step 0 in a scratch
     folder inside the run folder (``.retrain.*``, removed afterwards): with the run's seed and the same number of
     torch threads the weights are bit-identical to the first pass (the trajectory depends neither on the budget nor
-    on evaluations). Returns False, having written nothing more, when a signal interrupted that training."""
+    on evaluations). That needs a replayable ``trajectory`` (the run's so far, continued by this process): otherwise
+    TrajectoryNotReplayable, one line, before anything is written, rather than another trajectory's weights. Returns
+    False, having written nothing more, when a signal interrupted that training."""
+    earlier = [s for s in steps if s < step]
+    if earlier and trajectory.not_replayable:
+        raise TrajectoryNotReplayable(
+            f"{run.path}: the checkpoint(s) of step(s) {', '.join(map(str, earlier))} are lost and training again "
+            f"from step 0 would write another trajectory's weights ({trajectory.not_replayable}); restore them from a "
+            f"copy, or {START_AGAIN}")
     for s in steps:
         path = run.checkpoint_path(s)
         if path.exists():
@@ -191,7 +188,6 @@ def rewrite_checkpoints(cfg: RunConfig, run: RunDir, steps: list[int], model: to
             log(f"{run.path}: {path.name} is damaged; set aside as {run.step_name(s)}.damaged.pt")
     if step in steps:
         atomic_torch_save(run.checkpoint_path(step), {"step": step, "model": model.state_dict()})
-    earlier = [s for s in steps if s < step]
     if earlier:
         log(f"{run.path}: training again from step 0 to step {earlier[-1]} to write the checkpoint(s) of step(s) "
             f"{', '.join(map(str, earlier))} again")
@@ -252,8 +248,9 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
                 log(f"{run.path}: already done, skipping")
                 return TrainResult(SKIPPED, cfg.train.steps, run.path)
             try:
-                return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
-                                     stop_at_step=stop_at_step, log=log, progress_position=progress_position)
+                with deterministic_algorithms(cfg.train.deterministic, device):
+                    return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
+                                         stop_at_step=stop_at_step, log=log, progress_position=progress_position)
             except TrainingDiverged as e:  # `diffmem status` shows the run as failed, with this line
                 atomic_write_text(run.failed_path, f"{e}\n")
                 raise
@@ -293,12 +290,16 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     train_x = train_x.contiguous(memory_format=memory_format(cfg.train.channels_last))
     step, train_s_before = 0, 0.0
     resumed = state is not None
+    trajectory = Trajectory.segment(device, deterministic=cfg.train.deterministic, compile=cfg.train.compile,
+                                    channels_last=cfg.train.channels_last)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         batcher.load_state_dict(state["batcher"])
-        _set_rng_state(state["rng"], generator, device)
         step = int(state["step"])
+        saved = Trajectory.saved(state, trajectory)
+        trajectory = saved.continued_by(trajectory)
+        reseeded = resume_rng(state, generator, device)
         train_s_before = float(state.get("train_s", 0.0))
         log(f"{run.path}: resuming at step {step}")
         del state
@@ -306,9 +307,16 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
     # evaluation steps up to the state's step that lost both their metrics line and their checkpoint (or whose
     # checkpoint is damaged): write the checkpoints again, then evaluate them (inline) as any unevaluated one
     lost = checkpoints_to_rewrite(run, run.unevaluated(run.read_config().scheduled_steps(), step))
-    if lost and not rewrite_checkpoints(cfg, run, lost, model, step, device, progress=progress, log=log):
+    if lost and not rewrite_checkpoints(cfg, run, lost, model, step, device, trajectory, progress=progress, log=log):
         log(f"{run.path}: interrupted while writing lost checkpoints again; rerun the same command to continue")
         return TrainResult(INTERRUPTED, step, run.path)
+    if resumed and reseeded is not None:  # recorded once training goes on from the state
+        warnings.warn(f"{run.path}: the state of step {step} was saved on {saved.device} and this process trains "
+                      f"on {device.type}, whose generators cannot take its random number states: batch order, "
+                      f"noise and dropout go on from generators re-seeded with {reseeded} (derived from the saved "
+                      f"state), so the run keeps the statistics of an uninterrupted run but not its bits "
+                      f"(recorded in config.json under \"reseeded\"); to keep the bits, resume on {saved.device}")
+        record_reseed(run, step, saved.device, device.type, reseeded)
 
     evaluator = None
     if cfg.eval.inline:
@@ -336,7 +344,8 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
             raise diverged("a weight became NaN or infinite", step)
         atomic_torch_save(run.state_path, {
             "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "batcher": batcher.state_dict(), "rng": _rng_state(generator, device), "train_s": train_seconds(),
+            "batcher": batcher.state_dict(), "rng": capture_rng(generator, device), "train_s": train_seconds(),
+            "trajectory": trajectory.to_dict(),
         }, keep_previous=run.state_prev_path)
         saved_step[0] = step
 
@@ -390,7 +399,8 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
                 if evaluator is not None and step not in evaluated:  # a rerun may have evaluated it already
                     e0 = time.perf_counter()
                     early = step < cfg.train.steps  # at the last step of the budget training ends anyway
-                    record = evaluator.evaluate(model, step, train_s=round(train_seconds(), 3),
+                    # a contiguous fp32 copy: the numbers `diffmem evaluate` gets from the checkpoint just written
+                    record = evaluator.evaluate(evaluation_copy(model), step, train_s=round(train_seconds(), 3),
                                                 annotate=lambda r: _stop_annotation(run, r, cfg.eval.stop_f_mem)
                                                 if early else {})
                     evaluated.add(step)

@@ -4,8 +4,8 @@ All three are submitit's (this module only decides when to submit and keeps the 
 
 * ``debug``: in this process, one job after the other (submitit's DebugExecutor);
 * ``local``: subprocesses on this machine (submitit's LocalExecutor), at most K at once, the longest runs first, one
-  GPU each (``CUDA_VISIBLE_DEVICES``) when GPUs exist, and ``cpu_count // K`` torch threads each (unless
-  train.num_threads is set);
+  GPU each (``CUDA_VISIBLE_DEVICES``; ``--gpus`` counted as this process counts its GPUs) when GPUs exist, and
+  ``cpu_count // K`` torch threads each (unless train.num_threads is set);
 * ``slurm``: job arrays submitted with sbatch (:mod:`diffmem.cluster.slurm`); with ``wait`` the executor then
   follows the jobs, and those of runs queued or running already, until each has ended, and reports them as the
   local executor does.
@@ -140,6 +140,22 @@ def visible_gpus() -> tuple[int, ...]:
     return tuple(range(torch.cuda.device_count()))
 
 
+def physical_gpus(indices: tuple[int, ...]) -> tuple[int, ...]:
+    """The ``CUDA_VISIBLE_DEVICES`` entries for a child process of the GPUs that this process calls ``indices``
+    (its cuda:K, i.e. ``--gpus``): the indices themselves when this process's ``CUDA_VISIBLE_DEVICES`` is unset,
+    else its entries at those positions; an index beyond what it sees is a one-line ClusterError."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        return tuple(indices)
+    seen = visible_gpus()
+    beyond = [i for i in indices if i >= len(seen)]
+    if beyond:
+        sees = f"GPUs 0 to {len(seen) - 1}" if seen else "no GPU"
+        raise ClusterError(f"--gpus {','.join(map(str, indices))}: this process sees {sees} (CUDA_VISIBLE_DEVICES="
+                           f"{os.environ['CUDA_VISIBLE_DEVICES']}), so GPU {beyond[0]} does not exist here; pass "
+                           "indices as this process counts them")
+    return tuple(seen[i] for i in indices)
+
+
 def local_job_threads(parallel: int) -> int:
     """The torch threads of each of ``parallel`` local jobs: the machine's cores shared among them, at least 1."""
     return max(1, (os.cpu_count() or 1) // parallel)
@@ -155,7 +171,7 @@ class LocalExecutor(Executor):
     def __init__(self, options: ClusterOptions, experiment_dir: str | Path, log: Callable[[str], None] = print,
                  wait: bool = False):
         super().__init__(options, experiment_dir, log, wait)
-        self.gpus = options.gpus if options.gpus is not None else visible_gpus()
+        self.gpus = physical_gpus(options.gpus) if options.gpus is not None else visible_gpus()
         self.parallel = options.max_parallel or len(self.gpus) or os.cpu_count() or 1
 
     @property

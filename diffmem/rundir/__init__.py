@@ -22,7 +22,8 @@ Everything that knows this layout lives in this package, one concern per module:
   :func:`read_config`, the one reader of config.json;
 - :mod:`~diffmem.rundir.config_file`: config.json as a record: written when a run starts, compared on every rerun,
   the keys a folder keeps, its budget raised;
-- :mod:`~diffmem.rundir.state`: the training state files and the one a run resumes from;
+- :mod:`~diffmem.rundir.state`: the training state files, the one a run resumes from, its generators (restored
+  across device kinds) and its :class:`Trajectory` (whether training again would give its bits);
 - :mod:`~diffmem.rundir.lock`: :class:`RunLock`, which keeps two processes off one folder, and :func:`pid_alive`.
 
 Import from ``diffmem.rundir``; the names below are its interface.
@@ -32,15 +33,17 @@ from __future__ import annotations
 from diffmem.rundir.folder import (PAIRS_FILE, PAIRS_LOCK, RESTORE, RETRAIN_PREFIX, ConfigFileError, FolderError,
                                    RunDir, StoredConfig, read_config, require_folder, written_by_newer)
 from diffmem.rundir.lock import LOCK_HEARTBEAT_S, LOCK_STALE_S, RunLock, RunLocked, pid_alive
-from diffmem.rundir.state import START_AGAIN, STATE_KEYS, StateDamaged, UnsafeState, load_resume_state, load_state
+from diffmem.rundir.state import (START_AGAIN, STATE_KEYS, StateDamaged, Trajectory, TrajectoryNotReplayable,
+                                  UnsafeState, capture_rng, load_resume_state, load_state, resume_rng)
 from diffmem.rundir.config_file import (RunConfigMismatch, check_same_config, continue_as_recorded, extend_budget,
-                                        extends_budget, prepare_run_folder, stored_steps)
+                                        extends_budget, prepare_run_folder, record_reseed, stored_steps)
 
 __all__ = [
     "PAIRS_FILE", "PAIRS_LOCK", "RESTORE", "RETRAIN_PREFIX", "ConfigFileError", "FolderError", "RunDir",
     "StoredConfig", "read_config", "require_folder", "written_by_newer",
     "LOCK_HEARTBEAT_S", "LOCK_STALE_S", "RunLock", "RunLocked", "pid_alive",
-    "START_AGAIN", "STATE_KEYS", "StateDamaged", "UnsafeState", "load_resume_state", "load_state",
+    "START_AGAIN", "STATE_KEYS", "StateDamaged", "Trajectory", "TrajectoryNotReplayable", "UnsafeState",
+    "capture_rng", "load_resume_state", "load_state", "resume_rng",
     "RunConfigMismatch", "check_same_config", "continue_as_recorded", "extend_budget", "extends_budget",
-    "prepare_run_folder", "stored_steps",
+    "prepare_run_folder", "record_reseed", "stored_steps",
 ]

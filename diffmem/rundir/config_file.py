@@ -111,6 +111,20 @@ def extend_budget(cfg: RunConfig, run: RunDir, log: Callable[[str], None]) -> No
     log(f"{run.path}: budget raised from {old} to {cfg.train.steps} steps; continuing")
 
 
+def record_reseed(run: RunDir, step: int, from_device: str, to_device: str, seed: int) -> None:
+    """Add to config.json's ``reseeded`` history that the run resumed at ``step`` (optimizer steps) on ``to_device``
+    from a state saved on ``from_device`` ("cpu" | "cuda"), its generators re-seeded with ``seed``
+    (:func:`diffmem.rundir.state.resume_rng`): from there on the run has the statistics of an uninterrupted run, not
+    its bits. Call it holding the run's lock."""
+    stored = run.read_config()
+    meta = dict(stored.meta)
+    meta["reseeded"] = meta.get("reseeded", []) + [{
+        "step": step, "from_device": from_device, "to_device": to_device, "seed": seed,
+        "diffmem_version": diffmem.__version__,
+        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
+    atomic_write_json(run.config_path, meta)
+
+
 def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
                        device: torch.device) -> None:
     """Write config.json for a new run, or check that an existing run folder holds the same configuration."""
