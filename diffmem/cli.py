@@ -382,6 +382,8 @@ def cmd_theory(args) -> int:
 def cmd_coverage(args) -> int:
     from diffmem.analysis.coverage import format_table, run_setting, settings
 
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed} must be an integer >= 0 (numpy seeds are non-negative), e.g. --seed 0")
     if not 1 < args.grid_ratio < float("inf"):  # NaN fails this too
         raise ValueError(f"--grid-ratio {args.grid_ratio} must be a finite number > 1 (e.g. 1.2: evaluations 1.2x "
                          "apart)")

@@ -111,7 +111,9 @@ def _said(result: JobResult) -> str:
 
 class DebugExecutor(Executor):
     """Every job in this process, one after the other. ``job.exception()`` runs a debug job without opening
-    submitit's post-mortem debugger on failure, so a failing run is reported and the next one starts."""
+    submitit's post-mortem debugger on failure, so a failing run is reported and the next one starts. A job that a
+    stop signal interrupted (SIGTERM or SIGUSR2 to this process: the run saved its state) ends the sweep there, as
+    Ctrl-C does: the signal was meant for the sweep, so no further run starts."""
 
     kind = "debug"
     in_process = True
@@ -129,6 +131,11 @@ class DebugExecutor(Executor):
                 result = _finished(task, job, self.experiment_dir)
                 results.append(result)
                 self.log(_said(result))
+                if result.status == INTERRUPTED:
+                    left = len(tasks) - tasks.index(first) - 1
+                    self.log(f"{result.name}: stopped by a signal with its state saved; the sweep stops here "
+                             f"({left} more run(s) not started): rerun the same command to continue")
+                    return results
                 task = task.rest() if result.status in SUCCEEDED else None
         return results
 
