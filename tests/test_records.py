@@ -271,6 +271,20 @@ def test_analyze_refuses_a_sample_count_no_evaluation_drew_and_changes_nothing(t
     assert main(["analyze", str(exp), "--n-samples", "256", "--no-figures"]) == 0  # a count present works
 
 
+def test_analyze_refuses_to_overwrite_results_when_no_run_has_an_evaluation(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    planted = small_experiment(exp)
+    assert main(["analyze", str(exp), "--no-figures"]) == 0
+    for run in planted:
+        (run.path / "metrics.jsonl").write_text("")
+    capsys.readouterr()
+    before = snapshot(exp)
+    assert main(["analyze", str(exp), "--no-figures"]) == 2
+    line = one_error_line(capsys)
+    assert "no run of" in line and f"overwrite {exp / 'summary.csv'} with empty results" in line
+    assert snapshot(exp) == before
+
+
 # --- case 9: prepare with images missing that the partition file lists -------------------------------------------
 
 def test_prepare_refuses_images_listed_in_the_partition_file_but_missing(tmp_path, celeba_root, capsys,

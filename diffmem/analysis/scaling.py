@@ -570,6 +570,12 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     if n_samples is not None:
         require_sample_count(experiment_dir, records, n_samples)
         records = [only_n_samples(r, n_samples) for r in records]
+    existing = [name for name in ("summary.csv", "fits.json") if (target / name).exists()]
+    if existing and not any(r.evaluations for r in records):
+        raise RunFolderError(f"no run of {experiment_dir} has an evaluation (every metrics.jsonl is missing or "
+                             f"empty), so the analysis would overwrite {target / existing[0]} with empty results; "
+                             "nothing was written: restore the metrics.jsonl files, or evaluate the runs "
+                             "(`diffmem evaluate RUN`) first")
     runs = tuple(summarize_run(r) for r in records)
     pair_lines = read_pairs(experiment_dir, {r.name: r.config.train.steps for r in records})
     if n_samples is not None:
