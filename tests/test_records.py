@@ -375,7 +375,8 @@ def test_a_quick_theory_sweep_compares_with_an_experiment(tmp_path, capsys):
 # --- case 11: a stop signal ends a debug sweep ---------------------------------------------------------------------
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2] if hasattr(signal, "SIGUSR2") else [signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2] if hasattr(signal, "SIGUSR2") else [signal.SIGTERM],
+                         ids=lambda s: s.name)
 def test_a_stop_signal_ends_a_debug_sweep_after_saving_the_run_in_progress(tmp_path, sig):
     config = tmp_path / "grid.toml"
     config.write_text("[sweep]\nn = [8, 16]\nwidth = [8]\nseeds = [0]\n")
