@@ -404,6 +404,8 @@ def cmd_theory(args) -> int:
 def cmd_coverage(args) -> int:
     from diffmem.analysis import coverage
 
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed} must be an integer >= 0 (numpy seeds are non-negative), e.g. --seed 0")
     for flag, value in (("--grid-ratio", args.grid_ratio), ("--refine-ratio", args.refine_ratio)):
         if not 1 < value < float("inf"):  # NaN fails this too
             raise ValueError(f"{flag} {value} must be a finite number > 1 (e.g. 1.2: evaluations 1.2x apart)")

@@ -20,7 +20,7 @@ from diffmem.config import ConfigError, EvalConfig, RunConfig
 from diffmem.data import Splits, default_cache_dir, load_images, make_splits, to_model, to_pixels, to_uint8
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
-from diffmem.io import append_jsonl
+from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.fid import fid_sets, make_reference_key
 from diffmem.metrics.losses import loss_gap
 from diffmem.metrics.memorization import memorized_fraction
@@ -303,6 +303,7 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
     run's config.json is not changed, and every metrics line records its own ``n_samples``.
     """
     run, cfg = _open_run(run_dir)
+    refuse_unappendable(run.metrics_path)  # a symbolic link is refused before any work, not at the first append
     lost = lost_evaluations(run)
     if lost:
         raise CheckpointDamaged(f"{run.path}: evaluation step(s) {', '.join(map(str, lost))} have neither a metrics "

@@ -2,8 +2,9 @@
 
 A reader never sees a half-written file: every whole-file write goes to a temporary file in the same folder, is
 flushed to disk, then renamed over the target; ``keep_previous`` also keeps the file it replaces under another name.
-JSON-lines files are only ever appended to; a line cut short by a crash is dropped by the reader and removed by the
-next append. A write that fails (disk full, read-only folder) raises :class:`WriteFailed`, a one-line OSError naming
+JSON-lines files are only ever appended to, never through a symbolic link; a line is recorded once its newline is
+written: a last line without one (cut short by a crash) is skipped by the reader and moved aside to
+``<file>.torn-<time>`` by the next append, never deleted. A write that fails (disk full, read-only folder) raises :class:`WriteFailed`, a one-line OSError naming
 the file, and leaves the old content in place.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import io
 import json
 import os
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -99,23 +101,73 @@ def atomic_torch_save(path: str | Path, obj: Any, keep_previous: str | Path | No
     atomic_write_bytes(path, buf.getvalue(), keep_previous=keep_previous)
 
 
-def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one JSON object as one line; first drop a partial last line left by a crash.
+TORN_SUFFIX = ".torn-"
+"""A line without its final newline moved aside by :func:`append_jsonl` goes to ``<file>.torn-<UTC time>`` next to
+the file (``metrics.jsonl.torn-20260101T120000Z``)."""
 
-    Raises :class:`WriteFailed` when the line cannot be written (a partial line it leaves is dropped by the next
-    append and skipped by :func:`read_jsonl`).
+
+class NotAppendable(OSError):
+    """An append-only file that diffmem refuses to append to (a symbolic link, or not a regular file)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
+
+
+def refuse_unappendable(path: str | Path) -> None:
+    """Raise :class:`NotAppendable` when ``path`` is a symbolic link or exists as something other than a regular
+    file: appends write only to a regular file inside its folder, never through a link to somewhere else."""
+    path = Path(path)
+    if path.is_symlink():
+        raise NotAppendable(f"{path} is a symbolic link (to {os.readlink(path)}); diffmem appends only to a regular "
+                            "file inside the folder, never through a link: replace the link with a copy of the "
+                            "file it points to, then rerun")
+    if path.exists() and not path.is_file():
+        raise NotAppendable(f"{path} is not a regular file; move it aside, then rerun")
+
+
+def torn_path(path: Path) -> Path:
+    """A free ``<path>.torn-<UTC time>`` name for the torn last line of ``path``."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    candidate, k = path.with_name(f"{path.name}{TORN_SUFFIX}{stamp}"), 1
+    while candidate.exists() or candidate.is_symlink():
+        k += 1
+        candidate = path.with_name(f"{path.name}{TORN_SUFFIX}{stamp}-{k}")
+    return candidate
+
+
+def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one JSON object as one line.
+
+    A last line without its final newline (a write cut short, or a file edited by hand) was never recorded (see
+    :func:`read_jsonl_numbered`): before appending, it is moved aside to :func:`torn_path` (written atomically
+    first, then cut from the file) with a warning naming the file, the line and where it went; nothing is deleted.
+    Refuses a symbolic link or a non-regular file (:class:`NotAppendable`, see :func:`refuse_unappendable`; the file
+    is opened with O_NOFOLLOW, so a link planted in between is refused too). Raises :class:`WriteFailed` when the
+    line cannot be written (a partial line it leaves is moved aside by the next append and skipped by the reader).
     """
     path = Path(path)
+    refuse_unappendable(path)
     line = (json.dumps(record, sort_keys=False) + "\n").encode()
     try:
-        with open(path, "ab+") as f:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            refuse_unappendable(path)
+        raise WriteFailed.of(path, e) from e
+    try:
+        with os.fdopen(fd, "rb+") as f:
             size = f.seek(0, os.SEEK_END)
             if size:
                 f.seek(size - 1)
-                if f.read(1) != b"\n":  # a crash cut the last line short: remove it
+                if f.read(1) != b"\n":  # a last line without its newline: move it aside, never delete it
                     f.seek(0)
                     content = f.read()
-                    f.truncate(content.rfind(b"\n") + 1)
+                    keep, number = content.rfind(b"\n") + 1, content.count(b"\n") + 1
+                    aside = torn_path(path)
+                    atomic_write_bytes(aside, content[keep:])
+                    f.truncate(keep)
+                    warnings.warn(f"{path}: line {number} had no newline at its end (a write cut "
+                                  f"short) and was never counted as recorded; moved it to {aside.name}")
             f.seek(0, os.SEEK_END)
             f.write(line)
             f.flush()
@@ -124,21 +176,38 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
         raise WriteFailed.of(path, e) from e
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All complete JSON lines of ``path`` ([] when it is missing); an unparsable last line is skipped with a warning."""
+def read_jsonl_numbered(path: str | Path) -> list[tuple[int, Any]]:
+    """(line number from 1, parsed JSON value) of every recorded line of ``path`` ([] when it is missing).
+
+    A line is recorded once its newline is written: a last line without one (a write cut short) is not recorded,
+    even when it parses, and is skipped with a warning naming the file and line (:func:`append_jsonl` moves it
+    aside before the next append). Blank lines are skipped; any other line that is not valid JSON is a one-line
+    ValueError naming the file and line.
+    """
     path = Path(path)
-    if not path.exists():
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
         return []
-    lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text; restore it from a copy") from None
+    lines = text.split("\n")  # the last element is "" when the file ends with a newline, else the torn line
     out = []
-    for i, line in enumerate(lines):
+    for i, line in enumerate(lines[:-1], start=1):
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append((i, json.loads(line)))
         except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                warnings.warn(f"{path}: skipping a truncated last line (a crash while appending)")
-            else:
-                raise ValueError(f"{path}: line {i + 1} is not valid JSON; fix or remove that line") from None
+            raise ValueError(f"{path}: line {i} is not valid JSON; correct that line or move it out of the file "
+                             "(it is not used), then rerun") from None
+    if lines[-1].strip():
+        warnings.warn(f"{path}: skipping a truncated last line (line {len(lines)}, no newline at its end: a write cut "
+                      f"short); it is not counted as recorded, and the next append moves it aside to "
+                      f"{path.name}{TORN_SUFFIX}*")
     return out
+
+
+def read_jsonl(path: str | Path) -> list[Any]:
+    """The parsed recorded lines of ``path``, in file order (:func:`read_jsonl_numbered` without line numbers)."""
+    return [record for _, record in read_jsonl_numbered(path)]

@@ -34,13 +34,17 @@ from diffmem.data import ImageSet, load_images, make_splits
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.evaluate import checkpoint_model, draw_samples
-from diffmem.io import append_jsonl, read_jsonl
+from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.pairs import paired_measures
 from diffmem.refine import next_bias_refinement
-from diffmem.rundir import PAIRS_FILE, PAIRS_LOCK, RunDir, RunLock
+from diffmem.rundir import PAIRS_FILE, PAIRS_LOCK, RunDir, RunLock, pairs_lines
 
 PAIR_SPLITS = (0, 1)  # the training blocks (data.subset_index) of a pair's two members
 MAY_DIFFER_IN_A_PAIR = ("data.subset_index", "train.steps")  # train.steps: a budget may have grown in one member
+
+
+MIN_PAIR_SAMPLES = 2
+"""The fewest draws per model and step `diffmem pairs` accepts: a bootstrap interval needs two draws to have width."""
 
 
 class PairError(ValueError):
@@ -108,13 +112,14 @@ def find_pairs(experiment_dir: str | Path) -> list[SplitPair]:
     return pairs
 
 
-def recorded_lines(path: str | Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """The lines of a pairs.jsonl by (run_a, run_b), in file order (none when it is missing; a line cut by a crash is
-    not counted, and the next append removes it)."""
+def recorded_lines(path: str | Path, budgets: dict[str, int] | None = None) -> dict[tuple[str, str],
+                                                                                  list[dict[str, Any]]]:
+    """The lines of a pairs.jsonl by (run_a, run_b), in file order, each validated (``budgets``: train.steps by run
+    name; :func:`diffmem.rundir.pairs_lines`: a bad line is a one-line RecordError); none when it is missing. A last
+    line without its newline (cut by a crash) is not counted, and the next append moves it aside."""
     lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in read_jsonl(path):
-        if isinstance(r, dict) and {"run_a", "run_b", "step"} <= set(r):
-            lines.setdefault((r["run_a"], r["run_b"]), []).append(r)
+    for _, r in pairs_lines(path, budgets):
+        lines.setdefault((r["run_a"], r["run_b"]), []).append(r)
     return lines
 
 
@@ -150,7 +155,7 @@ def unevaluated_pairs_note(experiment_dir: str | Path) -> str | None:
 
 def _f_mem_at(run: RunDir, step: int) -> float | None:
     """The run's f_mem at ``step`` from its metrics.jsonl (the last line of that step), None when not evaluated."""
-    by_step = {int(r["step"]): r for r in latest_per_step([r for r in run.metrics() if "step" in r])}
+    by_step = {r["step"]: r for r in latest_per_step(run.metrics())}
     return by_step.get(step, {}).get("f_mem")
 
 
@@ -197,14 +202,20 @@ def evaluate_pairs(experiment_dir: str | Path, device: str = "auto", n_samples: 
     """Append the line of every (pair, step) that pairs.jsonl lacks, then, with ``refine``, the refinements of each
     finished pair's tau_bias bracket (module docstring); returns how many lines were appended. ``n_samples``: draws
     per step (default: the runs' ``eval.n_samples``)."""
+    if n_samples is not None and n_samples < MIN_PAIR_SAMPLES:
+        raise PairError(f"--n-samples {n_samples} is too few: the paired measures need at least {MIN_PAIR_SAMPLES} "
+                        "draws (the bootstrap interval of one draw has width 0, so any nonzero bias would count as "
+                        "established); pass --n-samples 2 or more, or leave it out for the runs' eval.n_samples")
     experiment = Path(experiment_dir)
     pairs = find_pairs(experiment)
     path = experiment / PAIRS_FILE
+    refuse_unappendable(path)  # a symbolic link is refused before any work, not at the first append
     dev = resolve_device(device)
     appended = 0
     sources: dict[tuple[Any, ...], ImageSet] = {}  # one load per source and image size
     with RunLock(RunDir(experiment), name=PAIRS_LOCK):
-        recorded = recorded_lines(path)
+        recorded = recorded_lines(path, {p.path.name: c.train.steps for pair in pairs
+                                         for p, c in ((pair.a, pair.cfg_a), (pair.b, pair.cfg_b))})
         for pair in pairs:
             lines = recorded.get((pair.a.path.name, pair.b.path.name), [])
             done = {int(r["step"]) for r in lines}

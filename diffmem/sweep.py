@@ -21,6 +21,10 @@ and cancellation before the kill). While training, :func:`diffmem.train.train` r
 * SIGTERM alone, inside a submitit job: ignore it as submitit does and continue training from ``state.pt``;
 * SIGINT: stop (KeyboardInterrupt), nothing is requeued.
 
+Outside a submitit job (``--cluster debug``: the jobs run in the sweep's own process, with no submitit handler), a
+SIGTERM or SIGUSR2 stops the run in progress with its state saved and ends the sweep there, as SIGINT does: the
+debug executor starts no further run (:class:`diffmem.cluster.executors.DebugExecutor`).
+
 Job logs go to ``<experiment_dir>/.submitit/``; job ids and log paths are recorded in each run folder
 (see :mod:`diffmem.jobrecords`). :class:`RunJob` and :class:`JobOutcome` stay in this module: submitit pickles them
 by their module path into ``.submitit/`` (queued and requeued jobs, results), so moving them would break the jobs of
@@ -266,6 +270,10 @@ class SweepReport:
         return [r for r in self.results if r.status == FAILED]
 
     @property
+    def interrupted(self) -> list[JobResult]:
+        return [r for r in self.results if r.status == INTERRUPTED]
+
+    @property
     def cancelled(self) -> list[JobResult]:
         return [r for r in self.results if r.status == CANCELLED]
 
@@ -297,6 +305,9 @@ class SweepReport:
                          "are skipped)")
         if self.cancelled:
             lines.append(f"{len(self.cancelled)} job(s) cancelled; rerun the same command to continue them")
+        if self.interrupted:
+            lines.append(f"{len(self.interrupted)} job(s) stopped by a signal with their state saved; rerun the same "
+                         "command to continue")
         lines.append(f"watch with: diffmem status {self.experiment_dir}")
         return "\n".join(lines)
 

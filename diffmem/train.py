@@ -37,7 +37,7 @@ from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.evaluate import CheckpointDamaged, Evaluator, load_checkpoint, reference_set_size
 from diffmem.metrics.fid import check_extractor
-from diffmem.io import atomic_torch_save, atomic_write_text
+from diffmem.io import atomic_torch_save, atomic_write_text, refuse_unappendable
 from diffmem.acceleration import autocast, deterministic_algorithms, evaluation_copy, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
 from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
@@ -226,7 +226,9 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     """
     run = RunDir(run_dir)
     require_folder(run.path)
+    refuse_unappendable(run.metrics_path)  # a symbolic link is refused before any work, not at the first append
     check_same_config(cfg, run)
+    run.metrics()  # every recorded line validated (a RecordError names a bad one) before anything is written
     if not has_work(cfg, run):
         log(f"{run.path}: already done, skipping")
         return TrainResult(SKIPPED, cfg.train.steps, run.path)

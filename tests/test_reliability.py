@@ -346,9 +346,12 @@ def test_a_metrics_line_cut_short_by_a_crash_is_evaluated_again_once(tmp_path):
     steps = evaluation_steps(cfg.eval.times, cfg.train.steps)
     train(cfg, run.path, progress=False, stop_at_step=steps[-2] + 1)
     text = run.metrics_path.read_text()
-    run.metrics_path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # killed mid-append
-    with pytest.warns(UserWarning, match="truncated last line"):
+    cut = text[: len(text) - len(text.splitlines()[-1]) // 2 - 1]
+    run.metrics_path.write_text(cut)  # killed mid-append
+    with pytest.warns(UserWarning, match="truncated last line"), pytest.warns(UserWarning, match="moved it to"):
         assert train(cfg, run.path, progress=False).status == "done"
+    (aside,) = run.path.glob("metrics.jsonl.torn-*")  # the cut line is kept aside, never deleted
+    assert aside.read_text() == cut[cut.rfind("\n") + 1:]
     assert [r["step"] for r in run.metrics()] == steps
     assert timing_free(run.metrics()) == timing_free(RunDir(tmp_path / "straight").metrics())
 

@@ -422,7 +422,8 @@ def test_analyze_reads_tau_bias_per_pair_and_fits_its_law(tmp_path):
                             tau_gen=paper_tau_gen(run.n, run.width), tau_mem=paper_tau_mem(run.n, run.width))
     grid = sorted({int(round(10 * 1.2 ** k)) for k in range(80) if 10 * 1.2 ** k <= 3_000_000})
     for run in planted:
-        for line in planted_pair_lines(run.name, run.n, run.width, run.seed, 20.0 * run.n, grid):
+        budget_grid = [s for s in grid if s <= 3000 * run.n]  # a pairs line beyond the runs' budget is refused
+        for line in planted_pair_lines(run.name, run.n, run.width, run.seed, 20.0 * run.n, budget_grid):
             append_jsonl(exp / PAIRS_FILE, line)
     for line in planted_pair_lines("n00064_w32_s0", 64, 32, 0, 1280.0, grid):  # a pair whose runs were moved out
         append_jsonl(exp / PAIRS_FILE, line)
@@ -457,7 +458,7 @@ def test_analyze_reads_the_bias_level_crossings_per_pair_and_fits_their_laws(tmp
                             tau_gen=paper_tau_gen(run.n, run.width), tau_mem=paper_tau_mem(run.n, run.width))
     grid = sorted({int(round(10 * 1.2 ** k)) for k in range(80) if 10 * 1.2 ** k <= 3_000_000})
     for run in planted:
-        for step in grid:
+        for step in (s for s in grid if s <= 3000 * run.n):  # a pairs line beyond the runs' budget is refused
             b = 0.05 * step / (40.0 * run.n)
             append_jsonl(exp / PAIRS_FILE, {"pair": run.name, "run_a": run.name, "run_b": run.name + "_split1",
                                             "n": run.n, "width": run.width, "seed_train": run.seed, "step": step,
@@ -488,14 +489,15 @@ def test_analyze_reads_the_bias_level_crossings_per_pair_and_fits_their_laws(tmp
     assert {"tau_bias_at_0.2_vs_n", "tau_bias_at_0.2_vs_width"} <= set(load_fits(exp))  # the report reads these
 
 
-def test_a_pairs_line_without_its_pair_is_skipped_with_a_warning(tmp_path):
+def test_a_pairs_line_without_its_runs_is_refused_naming_its_line(tmp_path):
     from diffmem.io import append_jsonl
+    from diffmem.rundir import RecordError
 
     good = planted_pair_lines("n00004_w08_s0", 4, 8, 0, 3.0, [1, 2, 4])
     for line in good + [{"pair": "n00004_w08_s0", "step": 8}]:
         append_jsonl(tmp_path / PAIRS_FILE, line)
-    with pytest.warns(UserWarning, match="skipped line 4"):
-        assert read_pairs(tmp_path) == {"n00004_w08_s0": good}
+    with pytest.raises(RecordError, match=r"pairs.jsonl line 4: 'run_a' is None, not a string"):
+        read_pairs(tmp_path)
 
 
 

@@ -519,7 +519,7 @@ class PowerLawFit:
                                  c.get("spread_log10")) for c in d.get("cells", [])),
                 gof=GoodnessOfFit.from_dict(d["goodness_of_fit"]) if d.get("goodness_of_fit") else None,
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise AnalysisError(f"a fit in fits.json is malformed ({e!r}); rerun `diffmem analyze`") from None
 
     def describe(self) -> str:
@@ -770,6 +770,9 @@ def load_fits(path: str | Path) -> dict[str, FitSet]:
     if path.is_dir():
         path = path / "fits.json"
     data = read_json(path)
+    if not isinstance(data, dict):
+        raise AnalysisError(f"{path} is not a fits.json (a JSON object of fitted laws); rerun `diffmem analyze` on "
+                            "its folder to write it again")
     missing = [name for name in FIT_NAMES if name not in data]
     if missing:
         raise AnalysisError(f"{path} lacks {', '.join(missing)}; rerun `diffmem analyze` with this version")
@@ -777,4 +780,74 @@ def load_fits(path: str | Path) -> dict[str, FitSet]:
         raise AnalysisError(f"{path} was written with fit method {data.get('method_name', 'bootstrap over runs')!r} "
                             f"by diffmem {data.get('diffmem_version')}; rerun `diffmem analyze` on its folder")
     names = [k for k in data if k in FIT_NAMES + EXTRA_FIT_NAMES or k.startswith(("tau_mem_at_", "tau_bias_at_"))]
-    return {name: FitSet.from_dict(data[name]) for name in names}
+    for name in names:
+        if (problem := fit_problem(data[name], name)) is not None:
+            raise AnalysisError(f"{path}: {problem}; the file is damaged: rerun `diffmem analyze` on its folder to "
+                                "write it again")
+    fits = {}
+    for name in names:
+        try:
+            fits[name] = FitSet.from_dict(data[name])
+        except AnalysisError as e:
+            detail = str(e).split("(", 1)[-1].rsplit(")", 1)[0]
+            raise AnalysisError(f"{path}: '{name}' is malformed ({detail}); the file is damaged: rerun `diffmem "
+                                "analyze` on its folder to write it again") from None
+    return fits
+
+
+FIT_NUMBERS = ("exponent", "exponent_lo", "exponent_hi", "prefactor", "prefactor_lo", "prefactor_hi", "ci", "df", "t",
+               "scatter_log10", "x_min", "x_max")
+"""Keys of a fit in fits.json that hold a finite number or null."""
+FIT_POSITIVE = ("prefactor", "prefactor_lo", "prefactor_hi", "x_min", "x_max")
+"""Keys of a fit that are logarithms' arguments: > 0 where not null."""
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def fit_problem(d: Any, key: str) -> str | None:
+    """What is wrong with the fit ``d`` stored under ``key`` of fits.json (a phrase naming the key path), None when
+    :meth:`PowerLawFit.from_dict` and the predictions can use it: numbers finite (no NaN or infinity) or null,
+    prefactors and x > 0, a fitted law (exponent set) with a prefactor, a covariance of four numbers, points and
+    cells with positive finite values, and the same for each fit of ``by_width`` / ``by_n``."""
+    if not isinstance(d, dict):
+        return f"'{key}' is {type(d).__name__}, not a fit (a JSON object)"
+    for name in ("quantity", "x"):
+        if not isinstance(d.get(name), str):
+            return f"'{key}.{name}' is {d.get(name)!r}, not a name"
+    for name in FIT_NUMBERS:
+        value = d.get(name)
+        if value is not None and not _finite(value):
+            return f"'{key}.{name}' is {value!r}, not a finite number or null"
+        if name in FIT_POSITIVE and value is not None and value <= 0:
+            return f"'{key}.{name}' is {value!r}, not > 0"
+    if d.get("t") is not None and d["t"] < 0:
+        return f"'{key}.t' is {d['t']!r}, below 0"
+    if d.get("exponent") is not None and d.get("prefactor") is None:
+        return f"'{key}.prefactor' is null while the law has an exponent"
+    cov = d.get("cov_log10")
+    if cov is not None and not (isinstance(cov, list) and len(cov) == 4 and all(_finite(c) for c in cov)):
+        return f"'{key}.cov_log10' is {cov!r}, not four finite numbers or null"
+    for group, fields in (("points", ("x", "y")), ("cells", ("geometric_mean", d.get("x")))):
+        items = d.get(group, [])
+        if not isinstance(items, list):
+            return f"'{key}.{group}' is {type(items).__name__}, not a list"
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                return f"'{key}.{group}[{i}]' is {type(item).__name__}, not an object"
+            for field_name in fields:
+                if not (_finite(item.get(field_name)) and item[field_name] > 0):
+                    return f"'{key}.{group}[{i}].{field_name}' is {item.get(field_name)!r}, not a number > 0"
+    for by in ("by_width", "by_n"):
+        if by in d:
+            if not isinstance(d[by], dict):
+                return f"'{key}.{by}' is {type(d[by]).__name__}, not an object of fits"
+            for group, fit in d[by].items():
+                try:
+                    float(group)
+                except ValueError:
+                    return f"'{key}.{by}' has the group {group!r}, not a number ({by[3:]})"
+                if (problem := fit_problem(fit, f"{key}.{by}.{group}")) is not None:
+                    return problem
+    return None

@@ -26,8 +26,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from diffmem.config import RunConfig
-from diffmem.io import atomic_write_text, read_jsonl
-from diffmem.rundir import PAIRS_FILE, ConfigFileError, RunDir
+from diffmem.io import atomic_write_text
+from diffmem.rundir import PAIRS_FILE, ConfigFileError, RunDir, metrics_lines, pairs_lines
 
 
 class RunFolderError(ValueError):
@@ -164,28 +164,23 @@ def find_run_folders(experiment_dir: str | Path) -> list[Path]:
     return runs
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+def read_metrics(path: str | Path, budget: int | None = None,
+                 min_samples: int | None = None) -> list[dict[str, Any]]:
     """Records of a metrics.jsonl file, sorted by step, one per step (the last record of a step wins).
 
-    Read with :func:`diffmem.io.read_jsonl`: a last line truncated by a crash is skipped with a warning. Records
-    without a valid ``step`` are skipped with a :class:`MetricsLineWarning`. A missing file gives an empty list.
+    Every line is validated (:func:`diffmem.rundir.metrics_lines`; ``budget``: the run's train.steps, ``min_samples``
+    its eval.n_samples): a bad line is a one-line RecordError naming the file and line, never skipped; a last line
+    without its newline (a write cut short) is not recorded and is skipped with a warning. A missing file gives an
+    empty list.
     """
-    return latest_per_step(read_metrics_lines(path))
+    return latest_per_step(read_metrics_lines(path, budget, min_samples))
 
 
-def read_metrics_lines(path: str | Path) -> list[dict[str, Any]]:
-    """Every valid record of a metrics.jsonl file in file order, evaluations of a step again (refinement) included;
-    the reading rules of :func:`read_metrics`."""
-    path = Path(path)
-    valid = []
-    for number, record in enumerate(read_jsonl(path), start=1):
-        step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, (int, float)) or isinstance(step, bool) or step < 0:
-            warnings.warn(f"{path}: skipped record {number}, it has no valid 'step'", MetricsLineWarning,
-                          stacklevel=2)
-            continue
-        valid.append(record)
-    return valid
+def read_metrics_lines(path: str | Path, budget: int | None = None,
+                       min_samples: int | None = None) -> list[dict[str, Any]]:
+    """Every record of a metrics.jsonl file in file order, evaluations of a step again (refinement) included; the
+    reading rules of :func:`read_metrics`."""
+    return [record for _, record in metrics_lines(path, budget, min_samples)]
 
 
 def run_cost(lines: Sequence[dict[str, Any]]) -> RunCost:
@@ -219,7 +214,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     params = meta.get("params")
     batch = meta.get("batch_size")
     done = (run_dir / "done").exists()
-    lines = read_metrics_lines(run_dir / "metrics.jsonl")
+    lines = read_metrics_lines(run_dir / "metrics.jsonl", cfg.train.steps, cfg.eval.n_samples)
     evaluations = tuple(latest_per_step(lines))
     if done and not evaluations:
         warnings.warn(f"run {run_dir.name} is marked done but has no evaluations ({run_dir / 'metrics.jsonl'} is "
@@ -248,21 +243,13 @@ def read_experiment(experiment_dir: str | Path) -> list[RunRecord]:
     return [read_run(p) for p in find_run_folders(experiment_dir)]
 
 
-def read_pairs(experiment_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
+def read_pairs(experiment_dir: str | Path, budgets: dict[str, int] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The lines of ``<experiment_dir>/pairs.jsonl`` (``diffmem pairs``) per split pair (its ``pair`` id), each
-    pair's lines sorted by step, one per step (the last line of a step wins); {} when the file is missing. Lines
-    without a pair id, a valid step or the pair's N, W and training seed are skipped with a
-    :class:`MetricsLineWarning`."""
-    path = Path(experiment_dir) / PAIRS_FILE
+    pair's lines sorted by step, one per step (the last line of a step wins); {} when the file is missing. Every
+    line is validated (:func:`diffmem.rundir.pairs_lines`; ``budgets``: train.steps by run name): a bad line is a
+    one-line RecordError naming the file and line, never skipped."""
     by_pair: dict[str, list[dict[str, Any]]] = {}
-    for number, record in enumerate(read_jsonl(path), start=1):
-        step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, (int, float)) or isinstance(step, bool) or step < 0 \
-                or not isinstance(record.get("pair"), str) \
-                or not all(isinstance(record.get(k), int) for k in ("n", "width", "seed_train")):
-            warnings.warn(f"{path}: skipped line {number}, it lacks a pair id, a valid 'step' or the pair's n, width "
-                          "and seed_train", MetricsLineWarning, stacklevel=2)
-            continue
+    for _, record in pairs_lines(Path(experiment_dir) / PAIRS_FILE, budgets):
         by_pair.setdefault(record["pair"], []).append(record)
     return {pair: latest_per_step(records) for pair, records in sorted(by_pair.items())}
 

@@ -558,6 +558,16 @@ def only_n_samples(record: RunRecord, n_samples: int) -> RunRecord:
     return dataclasses.replace(record, evaluations=kept)
 
 
+def require_sample_count(experiment_dir: Path, records: Sequence[RunRecord], n_samples: int) -> None:
+    """Raise RunFolderError (one line listing the sample counts recorded) when no evaluation of ``records`` drew
+    ``n_samples`` samples: the analysis would overwrite summary.csv and fits.json with every timescale empty."""
+    counts = sorted({e.get("n_samples") for r in records for e in r.evaluations} - {None})
+    if n_samples not in counts:
+        present = ", ".join(str(c) for c in counts) or "none"
+        raise RunFolderError(f"--n-samples {n_samples}: no evaluation in {experiment_dir} drew {n_samples} samples "
+                             f"(the sample counts recorded: {present}); pass one of those, nothing was written")
+
+
 def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
             n_samples: int | None = None) -> Summary:
     """Read every run folder of ``experiment_dir`` (or the run folder itself) and write summary.csv and fits.json
@@ -579,9 +589,16 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     records = read_experiment(experiment_dir)
     check_comparable(experiment_dir, records)
     if n_samples is not None:
+        require_sample_count(experiment_dir, records, n_samples)
         records = [only_n_samples(r, n_samples) for r in records]
+    existing = [name for name in ("summary.csv", "fits.json") if (target / name).exists()]
+    if existing and not any(r.evaluations for r in records):
+        raise RunFolderError(f"no run of {experiment_dir} has an evaluation (every metrics.jsonl is missing or "
+                             f"empty), so the analysis would overwrite {target / existing[0]} with empty results; "
+                             "nothing was written: restore the metrics.jsonl files, or evaluate the runs "
+                             "(`diffmem evaluate RUN`) first")
     runs = tuple(summarize_run(r) for r in records)
-    pair_lines = read_pairs(experiment_dir)
+    pair_lines = read_pairs(experiment_dir, {r.name: r.config.train.steps for r in records})
     if n_samples is not None:
         pair_lines = {p: [line for line in lines if line.get("n_samples") == n_samples]
                       for p, lines in pair_lines.items()}

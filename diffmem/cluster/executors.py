@@ -30,7 +30,7 @@ import submitit
 from diffmem.cluster.base import ClusterError, ClusterOptions, JobResult, Task, recorded_result
 from diffmem.cluster.slurm import sbatch_scripts, submit_tasks, wait_slurm
 from diffmem.jobrecords import log_error_line, one_line, read_submissions, record_submission, submitit_folder
-from diffmem.outcomes import FAILED, SUBMITTED, SUCCEEDED
+from diffmem.outcomes import FAILED, INTERRUPTED, SUBMITTED, SUCCEEDED
 from diffmem.status import ACTIVE_STATES, RunStatus, run_status
 
 NO_TIME_LIMIT_MIN = 60 * 24 * 365  # a local job without --time: one year, i.e. never signalled
@@ -103,7 +103,9 @@ def _said(result: JobResult) -> str:
 
 class DebugExecutor(Executor):
     """Every job in this process, one after the other. ``job.exception()`` runs a debug job without opening
-    submitit's post-mortem debugger on failure, so a failing run is reported and the next one starts."""
+    submitit's post-mortem debugger on failure, so a failing run is reported and the next one starts. A job that a
+    stop signal interrupted (SIGTERM or SIGUSR2 to this process: the run saved its state) ends the sweep there, as
+    Ctrl-C does: the signal was meant for the sweep, so no further run starts."""
 
     kind = "debug"
     in_process = True
@@ -122,6 +124,11 @@ class DebugExecutor(Executor):
                 result = _ended(task, job.job_id, error=error, returned=None if error else job.result())
                 results.append(result)
                 self.log(_said(result))
+                if result.status == INTERRUPTED:
+                    left = len(tasks) - tasks.index(first) - 1
+                    self.log(f"{result.name}: stopped by a signal with its state saved; the sweep stops here "
+                             f"({left} more run(s) not started): rerun the same command to continue")
+                    return results
                 task = task.rest() if result.status in SUCCEEDED else None
         return results
 

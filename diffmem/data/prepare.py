@@ -139,13 +139,20 @@ def read_partitions(path: Path) -> dict[str, int]:
 
 def order_files(files: list[ImageFile], partitions: dict[str, int] | None, partition_file: Path | None
                 ) -> list[ImageFile]:
-    """The fixed ordering: by (partition, filename) with partitions, else by filename."""
+    """The fixed ordering: by (partition, filename) with partitions, else by filename. With partitions, every image
+    must be listed and every listed image present (DataError naming how many are not and the first)."""
     if partitions is None:
         return sorted(files, key=lambda f: f.name)
     unlisted = [f.name for f in files if f.name not in partitions]
     if unlisted:
         raise DataError(f"{len(unlisted)} images are not listed in '{partition_file}' (first: {unlisted[0]}); add "
                         f"them or remove {PARTITION_FILE} to order the images by filename")
+    present = {f.name for f in files}
+    missing = sorted(name for name in partitions if name not in present)
+    if missing:
+        raise DataError(f"{len(missing)} images listed in '{partition_file}' are missing from "
+                        f"'{partition_file.parent}' (first: {missing[0]}); restore them (unpack the whole archive), "
+                        f"or remove {PARTITION_FILE} to use the images present ordered by filename")
     return sorted(files, key=lambda f: (partitions[f.name], f.name))
 
 

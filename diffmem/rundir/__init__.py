@@ -12,6 +12,7 @@
 <run>/lock                         held while a process trains or evaluates the run: JSON {pid, host, started,
                                    started_unix, token}; its mtime is the holder's heartbeat
 <run>/checkpoints/step_XXXXXXXXX.damaged.pt  a damaged checkpoint set aside when training wrote it again (never read)
+<run>/metrics.jsonl.torn-<time>    a last line without its newline, moved aside by the next append (never read)
 <experiment>/pairs.jsonl           one JSON object per (split pair, evaluation step), appended (`diffmem pairs`)
 <experiment>/pairs.lock            held while `diffmem pairs` appends to it
 ```
@@ -24,7 +25,8 @@ Everything that knows this layout lives in this package, one concern per module:
   the keys a folder keeps, its budget raised;
 - :mod:`~diffmem.rundir.state`: the training state files, the one a run resumes from, its generators (restored
   across device kinds) and its :class:`Trajectory` (whether training again would give its bits);
-- :mod:`~diffmem.rundir.lock`: :class:`RunLock`, which keeps two processes off one folder, and :func:`pid_alive`.
+- :mod:`~diffmem.rundir.lock`: :class:`RunLock`, which keeps two processes off one folder, and :func:`pid_alive`;
+- :mod:`~diffmem.rundir.records`: the lines of metrics.jsonl and pairs.jsonl, validated as they are read.
 
 Import from ``diffmem.rundir``; the names below are its interface.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from diffmem.rundir.folder import (PAIRS_FILE, PAIRS_LOCK, RESTORE, RETRAIN_PREFIX, ConfigFileError, FolderError,
                                    RunDir, StoredConfig, read_config, require_folder, written_by_newer)
+from diffmem.rundir.records import RecordError, metrics_lines, pairs_lines
 from diffmem.rundir.lock import LOCK_HEARTBEAT_S, LOCK_STALE_S, RunLock, RunLocked, pid_alive
 from diffmem.rundir.state import (START_AGAIN, STATE_KEYS, StateDamaged, Trajectory, TrajectoryNotReplayable,
                                   UnsafeState, capture_rng, load_resume_state, load_state, resume_rng)
@@ -41,6 +44,7 @@ from diffmem.rundir.config_file import (RunConfigMismatch, check_same_config, co
 __all__ = [
     "PAIRS_FILE", "PAIRS_LOCK", "RESTORE", "RETRAIN_PREFIX", "ConfigFileError", "FolderError", "RunDir",
     "StoredConfig", "read_config", "require_folder", "written_by_newer",
+    "RecordError", "metrics_lines", "pairs_lines",
     "LOCK_HEARTBEAT_S", "LOCK_STALE_S", "RunLock", "RunLocked", "pid_alive",
     "START_AGAIN", "STATE_KEYS", "StateDamaged", "Trajectory", "TrajectoryNotReplayable", "UnsafeState",
     "capture_rng", "load_resume_state", "load_state", "resume_rng",

@@ -16,7 +16,7 @@ from typing import Any
 
 from diffmem import __version__
 from diffmem.config import SECTIONS, ConfigError, RunConfig, config_from_dict
-from diffmem.io import read_jsonl
+from diffmem.rundir.records import metrics_lines
 from diffmem.eval_grid import evaluation_steps
 
 PAIRS_FILE = "pairs.jsonl"  # <experiment>/pairs.jsonl: one line per (split pair, step), `diffmem pairs`, appended
@@ -192,10 +192,15 @@ class RunDir:
         return sorted(int(m.group(1)) for p in self.checkpoint_dir.iterdir() if (m := _STEP_FILE.match(p.name)))
 
     def metrics(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.metrics_path)
+        """The records of metrics.jsonl in file order, each validated against this run's config.json (its budget
+        and eval.n_samples; :func:`diffmem.rundir.records.metrics_lines`): a bad line is a one-line RecordError."""
+        stored = self.read_config() if self.config_path.exists() else None
+        budget = stored.config.train.steps if stored else None
+        samples = stored.config.eval.n_samples if stored else None
+        return [record for _, record in metrics_lines(self.metrics_path, budget, samples)]
 
     def evaluated_steps(self) -> set[int]:
-        return {int(r["step"]) for r in self.metrics()}
+        return {r["step"] for r in self.metrics()}
 
     def is_done(self) -> bool:
         return self.done_path.exists()

@@ -142,6 +142,13 @@ def plot_timescales(out_dir: Path, rows: list[dict[str, Any]], fits: dict[str, P
     return save_figure(fig, out_dir, "timescales").files[0]
 
 
+def exponent_text(exponent: float, lo: Any, hi: Any) -> str:
+    """"exponent 1.02 [0.95, 1.10]" for a legend; without the interval where the fit has none (two points, as in
+    `diffmem theory sweep --quick`)."""
+    known = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi))
+    return f"exponent {exponent:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if known else " (no interval)")
+
+
 def plot_theory_vs_unet(out_dir: Path, rows: list[dict[str, Any]], fits: dict[str, PowerLawFit],
                         unet_dir: Path) -> Path:
     unet_rows = [r for r in read_csv(unet_dir / "summary.csv")
@@ -154,16 +161,16 @@ def plot_theory_vs_unet(out_dir: Path, rows: list[dict[str, Any]], fits: dict[st
     fit = fits["tau_mem_vs_psi_n"]
     ticks = {float(r["psi_n"]) / x0 for r in th}
     ax.plot([float(r["psi_n"]) / x0 for r in th], [float(r["tau_mem"]) / y0 for r in th], "o", color="tab:red",
-            label=f"random features: exponent {fit.exponent:.2f} [{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]"
-            if fit.fitted else "random features")
+            label="random features" + (f": {exponent_text(fit.exponent, fit.exponent_lo, fit.exponent_hi)}"
+                                       if fit.fitted else ""))
     if unet_rows:
         n0 = min(int(r["n"]) for r in unet_rows)
         m0 = np.median([float(r["tau_mem"]) for r in unet_rows if int(r["n"]) == n0])
         ticks |= {int(r["n"]) / n0 for r in unet_rows}
         u = unet_fits.get("tau_mem_vs_n", {})
         label = "U-Net (diffmem analyze)"
-        if u.get("exponent") is not None:
-            label += f": exponent {u['exponent']:.2f} [{u['exponent_lo']:.2f}, {u['exponent_hi']:.2f}]"
+        if isinstance(u, dict) and isinstance(u.get("exponent"), (int, float)):
+            label += f": {exponent_text(u['exponent'], u.get('exponent_lo'), u.get('exponent_hi'))}"
         ax.plot([int(r["n"]) / n0 for r in unet_rows], [float(r["tau_mem"]) / m0 for r in unet_rows], "s",
                 color="tab:blue", mfc="none", label=label)
     xs = np.geomspace(1, max(ax.get_xlim()[1], 2), 20)
