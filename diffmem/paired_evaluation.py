@@ -38,6 +38,7 @@ from diffmem.io import append_jsonl, read_jsonl
 from diffmem.metrics.pairs import paired_measures
 from diffmem.refine import next_bias_refinement
 from diffmem.rundir import PAIRS_FILE, PAIRS_LOCK, RunDir, RunLock
+from diffmem.tensorboard import live as tensorboard_live
 
 PAIR_SPLITS = (0, 1)  # the training blocks (data.subset_index) of a pair's two members
 MAY_DIFFER_IN_A_PAIR = ("data.subset_index", "train.steps")  # train.steps: a budget may have grown in one member
@@ -221,6 +222,7 @@ def evaluate_pairs(experiment_dir: str | Path, device: str = "auto", n_samples: 
                     evaluator = PairEvaluator(pair, dev, sources[key])
                 line = evaluator.measure(step, count)
                 append_jsonl(path, line)
+                tensorboard_live.records_appended(pair.cfg_a, RunDir(experiment), pair=pair.name)
                 lines.append(line)
                 appended += 1
                 log(f"{pair.name} step {step}{why}: pair distance {line['pair_distance']:.4g}, bias "
