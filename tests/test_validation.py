@@ -51,6 +51,7 @@ INVALID: dict[str, tuple[list[str], str]] = {
     "train.precision": (["train.precision=fp16"], "train.precision = 'fp16' is unknown"),
     "train.channels_last": (["train.channels_last=yes"], "train.channels_last = 'yes' has the wrong type"),
     "train.compile": (["train.compile=1"], "train.compile = 1 has the wrong type: expected bool"),
+    "train.tensorboard": (["train.tensorboard=1"], "train.tensorboard = 1 has the wrong type: expected bool"),
     "eval.times": (["eval.times=1000000000000"], "eval.times = 1000000000000 must be a count of log-spaced"),
     "eval.inline": (["eval.inline=no"], "eval.inline = 'no' has the wrong type"),
     "eval.n_samples": (["eval.n_samples=1"], "eval.n_samples = 1 must be >= 2"),
