@@ -119,16 +119,22 @@ def test_points_out_of_step_order_or_changed_are_shown_once_per_step_in_order(tm
         if s in f_mem:
             assert events.sync([scalar("f_mem", k, v) for k, v in f_mem.items() if k <= s]) == 1
     assert not events.append(scalar("training/loss", 12, 5.0))  # a resumed process: step 12 was written
+    older = {p.name: p.read_bytes() for p in event_files(folder)}
     f_mem[4] = 0.2  # a refinement between steps 2 and 8, appended after step 16
     f_mem[8] = 0.5  # and a value that changed
     events.sync([scalar("f_mem", k, v) for k, v in f_mem.items()])
     events.close()
-    acc = accumulate(folder)
-    assert [(s, round(v, 6)) for s, v in scalar_series(acc, "f_mem")] == sorted(f_mem.items())
-    assert all(close(v, loss[s]) for s, v in scalar_series(acc, "training/loss"))
-    assert [s for s, _ in scalar_series(acc, "training/loss")] == list(range(1, 17))
-    assert rust_view(folder) == {"f_mem": sorted(f_mem), "training/loss": list(range(1, 17))}
-    assert_each_step_once_in_order(acc, folder)
+    assert len(event_files(folder)) == 1  # the folder written again as one file
+    for kill_before_the_deletions in (False, True):
+        if kill_before_the_deletions:
+            for name, content in older.items():
+                (folder / name).write_bytes(content)
+        acc = accumulate(folder)
+        assert [(s, round(v, 6)) for s, v in scalar_series(acc, "f_mem")] == sorted(f_mem.items())
+        assert all(close(v, loss[s]) for s, v in scalar_series(acc, "training/loss"))
+        assert [s for s, _ in scalar_series(acc, "training/loss")] == list(range(1, 17))
+        assert rust_view(folder) == {"f_mem": sorted(f_mem), "training/loss": list(range(1, 17))}
+        assert_each_step_once_in_order(acc, folder)
     # another process (a rerun) reads it all back and has nothing to write
     again = EventDir(folder)
     assert again.sync([scalar("f_mem", k, v) for k, v in f_mem.items()]) == 0

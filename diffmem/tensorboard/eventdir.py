@@ -5,21 +5,25 @@ A *point* is one summary value (a scalar, an image, a text, the hyperparameters)
 steps). :class:`EventDir` reads back what the folder's event files already show, as TensorBoard shows it (a
 ``SessionLog.START`` at step s hides every earlier event at a step >= s), and writes only what differs:
 
-* points past the last step of their tag are appended;
+* points past the last step of their tag are appended to this process's file,
+  ``events.out.tfevents.<seconds>.diffmem`` (numbered after the folder's earlier ones, so that readers read the
+  files in the order they were written);
 * a point at or before the last step of its tag (an evaluation step refined after later ones, or a value that
-  changed) is written by hiding every step >= s, the earliest such step, with a ``SessionLog.START`` at s (how
-  TensorBoard's Python readers drop what a crashed job wrote after its restart point; its server's reader ignores
-  the first START of a run, so the folder's first file starts with one at step 0) and writing again every point
-  at a step >= s, in step order (TensorBoard's Rust data server drops, per tag, every point at a step >= one that
-  arrives; all readers then show each step once).
+  changed) makes it write the folder again: one new file holding every point in step order, after a
+  ``SessionLog.START`` at step 0, written under a temporary name and renamed, then the older files deleted. A reader
+  that had read the older files drops what they showed: TensorBoard's Python readers at the START (how they drop
+  what a crashed job wrote after its restart point; its server's reader ignores the first START of a run, so the
+  folder's first file starts with one too), its Rust data server because a point at step s drops every earlier
+  point of its tag at a step >= s. A kill between the rename and the deletions leaves a folder that reads the same.
 
 So the points of every tag reach TensorBoard in increasing step order, each step once, whatever order they come in
-and however often :meth:`EventDir.sync` is called. One process writes a folder at a time (the run's lock); each
-process appends to a file of its own, ``events.out.tfevents.<seconds>.diffmem``, named after all the folder's
-earlier event files so that readers read them in the order they were written. Needs the ``tensorboard`` package.
+and however often :meth:`EventDir.sync` is called, and the folder never holds more than one copy of a point for
+long. One process writes a folder at a time (the run's lock). Files of other writers (names without ``.diffmem``)
+are read but never deleted. Needs the ``tensorboard`` package.
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -117,13 +121,10 @@ class EventDir:
             last[tag] = max(step, last.get(tag, step))
         if all(step > last.get(tag, -1) for tag, step in changed):
             return self._write([wanted[key] for key in changed])
-        start = min(step for _tag, step in changed)
-        again = {key: Point(key[1], Summary.Value.FromString(content))
-                 for key, content in self.shown.items() if key[1] >= start}
-        again.update({key: p for key, p in wanted.items() if key[1] >= start})
-        self._emit(Event(wall_time=time.time(), step=start, session_log=SessionLog(status=SessionLog.START)))
-        self.shown = {key: v for key, v in self.shown.items() if key[1] < start}
-        return self._write(list(again.values()))
+        merged = {key: Point(key[1], Summary.Value.FromString(content)) for key, content in self.shown.items()}
+        merged.update(wanted)
+        self._rewrite(list(merged.values()))
+        return len(changed)
 
     def append(self, point: Point) -> bool:
         """Write ``point`` when it lies past the last step of its tag; False (nothing written) otherwise: a step
@@ -148,21 +149,51 @@ class EventDir:
                 self.shown[(p.tag, step)] = p.content()
         return len(points)
 
+    def _next_name(self) -> str:
+        """The name of a new file of this writer, read after every earlier one of the folder."""
+        earlier = [int(m.group(1)) for p in event_files(self.folder) if (m := _OWN_FILE.match(p.name))]
+        return f"events.out.tfevents.{max([int(time.time()), *[n + 1 for n in earlier]]):010d}.diffmem"
+
+    def _start(self, stream: BinaryIO, start_marker: bool) -> RecordWriter:
+        """Begin an event file on ``stream``: the file version, then with ``start_marker`` a START at step 0."""
+        writer = RecordWriter(stream)
+        writer.write(Event(wall_time=time.time(), file_version=FILE_VERSION).SerializeToString())
+        if start_marker:
+            writer.write(Event(wall_time=time.time(), step=0,
+                               session_log=SessionLog(status=SessionLog.START)).SerializeToString())
+        return writer
+
     def _emit(self, event: Event) -> None:
         """Append one event to this process's event file (created at the first event) and flush it."""
         if self._writer is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            earlier = [int(m.group(1)) for p in event_files(self.folder) if (m := _OWN_FILE.match(p.name))]
-            number = max([int(time.time()), *[n + 1 for n in earlier]])
-            self._stream = open(self.folder / f"events.out.tfevents.{number:010d}.diffmem", "ab")
-            self._writer = RecordWriter(self._stream)
-            self._writer.write(Event(wall_time=time.time(), file_version=FILE_VERSION).SerializeToString())
-            if not self._known:  # the folder's first file: TensorBoard's server takes a first START as the
-                # session's start and purges only at later ones, its EventAccumulator at every one (none at 0 here)
-                self._writer.write(Event(wall_time=time.time(), step=0,
-                                         session_log=SessionLog(status=SessionLog.START)).SerializeToString())
+            self._stream = open(self.folder / self._next_name(), "ab")
+            self._writer = self._start(self._stream, start_marker=not self._known)  # the folder's first file
         self._writer.write(event.SerializeToString())
         self._writer.flush()
+        self._known = self._files()
+
+    def _rewrite(self, points: list[Point]) -> None:
+        """Replace the folder's own event files by one file showing ``points`` (module docstring)."""
+        self.close()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for leftover in self.folder.glob(".rewrite.*.tmp"):  # of a rewrite that a kill cut short
+            leftover.unlink(missing_ok=True)
+        older = [p for p in event_files(self.folder) if _OWN_FILE.match(p.name)]
+        final = self.folder / self._next_name()
+        temp = self.folder / f".rewrite.{final.name.split('.')[3]}.tmp"  # no "tfevents": readers skip it
+        with open(temp, "wb") as stream:
+            self._stream, self._writer = stream, self._start(stream, start_marker=True)
+            self.shown = {}
+            self._write(points)
+            stream.flush()
+            os.fsync(stream.fileno())
+        self._stream, self._writer = None, None
+        os.replace(temp, final)
+        for path in older:
+            path.unlink(missing_ok=True)
+        self._stream = open(final, "ab")
+        self._writer = RecordWriter(self._stream)
         self._known = self._files()
 
     def close(self) -> None:
