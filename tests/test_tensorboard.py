@@ -261,9 +261,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get_json(url: str) -> object | None:
+def get_json(url: str, body: dict | None = None) -> object | None:
+    """The JSON answer of ``url`` (a POST of ``body`` when given); None while the server does not answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())
     except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
         return None
@@ -293,6 +296,8 @@ def test_a_tensorboard_server_answers_with_the_runs_and_tags_of_a_committed_expe
         records = latest_per_step(RunDir(exp / "n00016_w08_s0").metrics())
         assert [point[1] for point in series] == [r["step"] for r in records]
         assert all(close(point[2], r["f_mem"]) for point, r in zip(series, records))
+        experiment = get_json(f"http://127.0.0.1:{port}/data/plugin/hparams/experiment", {"experimentName": ""})
+        assert {"n", "width", "seed", "lr", "batch", "data_source"} <= {h["name"] for h in experiment["hparamInfos"]}
     finally:
         server.kill()
         server.wait(timeout=10)
