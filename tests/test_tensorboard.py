@@ -178,8 +178,13 @@ def test_a_committed_experiment_is_written_from_its_files_and_a_rerun_writes_not
 
 def test_split_pairs_get_a_tensorboard_run_each(tmp_path):
     exp = copy_experiment(PAIRS, tmp_path / "pairs", runs=["n00016_w08_s0", "n00016_w08_s0_split1"])
+    cfg = RunDir(exp / "n00016_w08_s0").read_config().config
+    live.records_appended(cfg, RunDir(exp), pair="n00016_w08_s0")  # as `diffmem pairs` after appending a line
+    live_files = event_files(exp / "pairs_tensorboard" / "n00016_w08_s0")
+    assert len(live_files) == 1
     summary = write_tensorboard(exp, log=lambda _m: None)
     assert summary.folders == 2 + len(read_pairs(exp))
+    assert event_files(exp / "pairs_tensorboard" / "n00016_w08_s0") == live_files  # nothing more to write there
     lines = read_pairs(exp)["n00016_w08_s0"]
     acc = accumulate(exp / "pairs_tensorboard" / "n00016_w08_s0")
     assert {"pairs/bias", "pairs/bias_lo", "pairs/bias_hi", "pairs/pair_distance", "pairs/own_fraction"} \
