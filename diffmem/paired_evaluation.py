@@ -36,9 +36,9 @@ from diffmem.diffusion import Diffusion
 from diffmem.evaluate import checkpoint_model, draw_samples
 from diffmem.io import append_jsonl, read_jsonl
 from diffmem.metrics.pairs import paired_measures
+from diffmem.tensorboard import live as tensorboard_live
 from diffmem.refine import next_bias_refinement
 from diffmem.rundir import PAIRS_FILE, PAIRS_LOCK, RunDir, RunLock
-from diffmem.tensorboard import live as tensorboard_live
 
 PAIR_SPLITS = (0, 1)  # the training blocks (data.subset_index) of a pair's two members
 MAY_DIFFER_IN_A_PAIR = ("data.subset_index", "train.steps")  # train.steps: a budget may have grown in one member

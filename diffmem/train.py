@@ -40,9 +40,9 @@ from diffmem.io import atomic_torch_save, atomic_write_text
 from diffmem.acceleration import autocast, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
 from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
+from diffmem.tensorboard import live as tensorboard_live
 from diffmem.refine import refine_brackets, stop_reason
 from diffmem.eval_grid import evaluation_steps, kept_steps
-from diffmem.tensorboard import live as tensorboard_live
 from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, check_same_config,
                             continue_as_recorded, extend_budget, extends_budget, load_resume_state, prepare_run_folder,
                             require_folder)
