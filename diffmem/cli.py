@@ -23,6 +23,7 @@ VERBS = {
     "demo": "the embedded CPU demo: a small N sweep on built-in digits, the analysis, an advice and its check",
     "sweep": "run or submit every unfinished run of an experiment's grid (debug | local | slurm, via submitit)",
     "status": "where every run of an experiment folder stands: step, f_mem, FID, state, job ids, logs",
+    "tensorboard": "TensorBoard event files of an experiment folder's runs and pairs, from their files",
     "bench": "time training steps, DDIM sampling or one evaluation; the last output line is one JSON object",
     "theory": "the random-features model of the paper: exact dynamics, spectrum, timescales over psi_n",
     "coverage": "the fit interval's coverage study: planted power laws reported as brackets of the grids sweeps use",
@@ -164,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help=VERBS["status"], description=VERBS["status"])
     p.add_argument("experiment_dir", help="the --out folder of `diffmem sweep`")
+
+    p = sub.add_parser("tensorboard", help=VERBS["tensorboard"], description=VERBS["tensorboard"] + "; then "
+                       "watch them with `tensorboard --logdir EXPERIMENT_DIR` (needs the tensorboard package)")
+    p.add_argument("experiment_dir", help="an experiment folder (or one run folder)")
 
     p = sub.add_parser("bench", help=VERBS["bench"], description=VERBS["bench"])
     bench = p.add_subparsers(dest="bench_verb", metavar="WHAT", required=True)
@@ -360,6 +365,17 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_tensorboard(args) -> int:
+    from diffmem.tensorboard.live import INSTALL_HINT, available
+
+    if not available():
+        raise RuntimeError(f"the tensorboard package is not installed: {INSTALL_HINT.split('; ')[0]}")
+    from diffmem.tensorboard.rebuild import write_tensorboard
+
+    print(write_tensorboard(args.experiment_dir).format())
+    return 0
+
+
 def cmd_bench(args) -> int:
     import json
 
@@ -437,6 +453,7 @@ def cmd_coverage(args) -> int:
 COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "evaluate": cmd_evaluate, "pairs": cmd_pairs,
             "analyze": cmd_analyze,
             "advise": cmd_advise, "demo": cmd_demo, "sweep": cmd_sweep, "status": cmd_status, "bench": cmd_bench,
+            "tensorboard": cmd_tensorboard,
             "theory": cmd_theory, "coverage": cmd_coverage}
 
 

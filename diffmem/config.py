@@ -92,6 +92,7 @@ class TrainConfig:
     precision: str = "fp32"  # "fp32" | "bf16" (autocast of the U-Net forward; see diffmem/acceleration.py)
     channels_last: bool = False  # model and data in channels-last memory format
     compile: bool = False  # torch.compile the training forward
+    tensorboard: bool = True  # TensorBoard event files in <run>/tensorboard while training (needs the tensorboard package)
 
 
 @dataclass(frozen=True)
@@ -709,7 +710,8 @@ def _validate_eval(e: EvalConfig, cfg: RunConfig) -> None:
 # A change of train.device, train.deterministic, train.channels_last or train.compile keeps the statistics of the
 # trajectory but not its bits: the training state records it (diffmem.rundir.state.Trajectory).
 EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.deterministic", "train.channels_last",
-                            "train.compile", "eval.inline", "eval.batch_size", "eval.fid_weights"})
+                            "train.compile", "eval.inline", "eval.batch_size", "eval.fid_weights",
+                            "train.tensorboard"})
 # Keys that only the analysis of a run's metrics reads: they change neither training nor any evaluation, so they may
 # change between reruns too, and a run folder written before one of them continues with today's value.
 ANALYSIS_KEYS = frozenset({"eval.mem_levels", "eval.bias_levels"})

@@ -28,6 +28,7 @@ from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
 from diffmem.rundir import RunDir, RunLock
 from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
+from diffmem.tensorboard import live as tensorboard_live
 from diffmem.eval_grid import evaluation_steps
 
 
@@ -215,6 +216,7 @@ class Evaluator:
         if annotate is not None:
             record |= annotate(record)
         append_jsonl(self.run.metrics_path, record)
+        tensorboard_live.records_appended(self.cfg, self.run)
         fid_text = "off" if fid_value is None else f"{fid_value:.2f}"
         self.log(f"{self.run.path.name} step {step}: f_mem {mem.fraction:.3f} [{mem.lo:.3f}, {mem.hi:.3f}]  "
                  f"fd {fid_text}  loss train {train_loss:.4f} test {test_loss:.4f}  ({record['wall_s']:.1f} s)")

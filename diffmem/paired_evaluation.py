@@ -36,6 +36,7 @@ from diffmem.diffusion import Diffusion
 from diffmem.evaluate import checkpoint_model, draw_samples
 from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.pairs import paired_measures
+from diffmem.tensorboard import live as tensorboard_live
 from diffmem.refine import next_bias_refinement
 from diffmem.rundir import PAIRS_FILE, PAIRS_LOCK, RunDir, RunLock, pairs_lines
 
@@ -232,6 +233,7 @@ def evaluate_pairs(experiment_dir: str | Path, device: str = "auto", n_samples: 
                     evaluator = PairEvaluator(pair, dev, sources[key])
                 line = evaluator.measure(step, count)
                 append_jsonl(path, line)
+                tensorboard_live.records_appended(pair.cfg_a, RunDir(experiment), pair=pair.name)
                 lines.append(line)
                 appended += 1
                 log(f"{pair.name} step {step}{why}: pair distance {line['pair_distance']:.4g}, bias "

@@ -41,6 +41,7 @@ from diffmem.io import atomic_torch_save, atomic_write_text, refuse_unappendable
 from diffmem.acceleration import autocast, deterministic_algorithms, evaluation_copy, memory_format, step_model
 from diffmem.model import build_from_config, count_parameters
 from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
+from diffmem.tensorboard import live as tensorboard_live
 from diffmem.refine import refine_brackets, stop_reason
 from diffmem.eval_grid import evaluation_steps, kept_steps
 from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, Trajectory,
@@ -379,6 +380,7 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
             bad_value = losses[first_bad].item()
             raise diverged(f"the loss became {bad_value}", step - window_n + first_bad + 1)
         bar.set_postfix(loss=f"{mean_loss:.4f}")
+        tensorboard_live.training_loss(cfg, run, step, mean_loss)
         window_n = 0
         lock.check()
 

@@ -13,7 +13,7 @@ from tiny_runs import TINY_CELEBA, sets
 def test_help_lists_every_verb_with_a_description():
     out = subprocess.run([sys.executable, "-m", "diffmem.cli", "--help"], capture_output=True, text=True).stdout
     expected = {"prepare", "train", "evaluate", "pairs", "analyze", "advise", "demo", "sweep", "status", "bench",
-                "theory", "coverage"}
+                "theory", "coverage", "tensorboard"}
     assert set(VERBS) == expected
     for verb in expected:
         assert any(line.split()[:1] == [verb] and len(line.split()) > 3 for line in out.splitlines()), verb

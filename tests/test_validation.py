@@ -50,6 +50,7 @@ INVALID: dict[str, tuple[list[str], str]] = {
     "train.num_threads": (["train.num_threads=-1"], "train.num_threads = -1 must be >= 0"),
     "train.precision": (["train.precision=fp16"], "train.precision = 'fp16' is unknown"),
     "train.channels_last": (["train.channels_last=yes"], "train.channels_last = 'yes' has the wrong type"),
+    "train.tensorboard": (["train.tensorboard=1"], "train.tensorboard = 1 has the wrong type: expected bool"),
     "train.compile": (["train.compile=1"], "train.compile = 1 has the wrong type: expected bool"),
     "train.deterministic": (["train.deterministic=\"on\""], "train.deterministic = 'on' has the wrong type: expected bool"),
     "eval.times": (["eval.times=1000000000000"], "eval.times = 1000000000000 must be a count of log-spaced"),
