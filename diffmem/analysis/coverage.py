@@ -276,25 +276,31 @@ def _percent(values: Iterable[float | None]) -> str:
     return " / ".join("-" if v is None else f"{100 * v:.1f}" for v in values)
 
 
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A markdown table of ``header`` and ``rows`` (cells already formatted)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def format_table(results: Sequence[SettingResult]) -> str:
     """A markdown table: a row per grid, refinement, seeds, scatter and x values, the exponents 0 / 0.5 / 1 side by
     side (coverage in %, median widths in exponent units)."""
-    lines = ["| grid | refined | seeds | scatter | x values | coverage % (exponent 0 / 0.5 / 1) | median width | "
-             "width / previous | previous t: coverage % | lack-of-fit rejections % | outlier flags % |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
     rows: dict[tuple, list[SettingResult]] = {}
     for r in results:
         s = r.setting
         rows.setdefault((s.grid, s.refined, s.seeds, s.scatter, s.n_x), []).append(r)
+    cells = []
     for (grid, refined, seeds, scatter, n_x), group in rows.items():
         width = float(np.median([r.width for r in group]))
         prev = float(np.median([r.width_previous for r in group]))
         ratio = f"{width / prev:.2f}" if prev > 1e-9 else "-"  # a median of 0: collinear midpoints, no width
-        lines.append(f"| {grid} | {'yes' if refined else 'no'} | {seeds} | {100 * scatter:.0f} % | {n_x} | "
-                     f"{_percent(r.coverage for r in group)} | {width:.3f} | {ratio} | "
-                     f"{_percent(r.coverage_previous for r in group)} | "
-                     f"{_percent(r.lof_rejection for r in group)} | {_percent(r.outlier_flags for r in group)} |")
-    return "\n".join(lines)
+        cells.append([grid, "yes" if refined else "no", str(seeds), f"{100 * scatter:.0f} %", str(n_x),
+                      _percent(r.coverage for r in group), f"{width:.3f}", ratio,
+                      _percent(r.coverage_previous for r in group), _percent(r.lof_rejection for r in group),
+                      _percent(r.outlier_flags for r in group)])
+    return markdown_table(["grid", "refined", "seeds", "scatter", "x values", "coverage % (exponent 0 / 0.5 / 1)",
+                           "median width", "width / previous", "previous t: coverage %", "lack-of-fit rejections %",
+                           "outlier flags %"], cells)
 
 
 # --- the joint law --------------------------------------------------------------------------------------------------
@@ -382,14 +388,13 @@ def joint_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (Fals
 
 def format_joint_table(results: Sequence[JointResult]) -> str:
     """A markdown table of the joint study: a row per setting."""
-    lines = ["| grid | refined | cells | seeds | scatter | planted (a, b) | coverage % of a / b / both | "
-             "median width of a / b | previous t: coverage % of a / b |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        s = r.setting
-        lines.append(f"| {s.grid} | {'yes' if s.refined else 'no'} | {s.layout} | {s.seeds} | {100 * s.scatter:.0f} % "
-                     f"| ({s.exponents[0]:g}, {s.exponents[1]:g}) | {_percent((*r.coverage, r.coverage_both))} | "
-                     f"{r.width[0]:.3f} / {r.width[1]:.3f} | {_percent(r.coverage_previous)} |")
-    return "\n".join(lines)
+    return markdown_table(
+        ["grid", "refined", "cells", "seeds", "scatter", "planted (a, b)", "coverage % of a / b / both",
+         "median width of a / b", "previous t: coverage % of a / b"],
+        ([r.setting.grid, "yes" if r.setting.refined else "no", r.setting.layout, str(r.setting.seeds),
+          f"{100 * r.setting.scatter:.0f} %", f"({r.setting.exponents[0]:g}, {r.setting.exponents[1]:g})",
+          _percent((*r.coverage, r.coverage_both)), f"{r.width[0]:.3f} / {r.width[1]:.3f}",
+          _percent(r.coverage_previous)] for r in results))
 
 
 # --- the level crossings --------------------------------------------------------------------------------------------
@@ -473,14 +478,12 @@ def level_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (Fals
 
 def format_level_table(results: Sequence[SettingResult]) -> str:
     """A markdown table of the level study: a row per setting."""
-    lines = ["| grid | refined | seeds | scatter | x values | coverage % | median width | previous t: coverage % | "
-             "previous t: median width |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        s = r.setting
-        lines.append(f"| {s.grid} | {'yes' if s.refined else 'no'} | {s.seeds} | {100 * s.scatter:.0f} % | {s.n_x} | "
-                     f"{100 * r.coverage:.1f} | {r.width:.3f} | {100 * r.coverage_previous:.1f} | "
-                     f"{r.width_previous:.3f} |")
-    return "\n".join(lines)
+    return markdown_table(
+        ["grid", "refined", "seeds", "scatter", "x values", "coverage %", "median width", "previous t: coverage %",
+         "previous t: median width"],
+        ([r.setting.grid, "yes" if r.setting.refined else "no", str(r.setting.seeds),
+          f"{100 * r.setting.scatter:.0f} %", str(r.setting.n_x), f"{100 * r.coverage:.1f}", f"{r.width:.3f}",
+          f"{100 * r.coverage_previous:.1f}", f"{r.width_previous:.3f}"] for r in results))
 
 
 def coverage_summary(results: Sequence[SettingResult]) -> str:
