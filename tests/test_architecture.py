@@ -1,11 +1,13 @@
 """The import graph of the package, read from its source with ``ast`` (nothing is imported or run): no import circles,
-no private name imported across modules, and layers that only point down (docs/architecture.md, "Modules").
+no private name imported across modules, and layers that only point down; and the module map of docs/architecture.md
+("Modules") lists every module in its layer, the layers in this order.
 
 Imports inside functions count too: a lazy import is still an arrow.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -197,7 +199,8 @@ def test_no_private_name_imported_across_modules():
 
 
 def test_every_module_has_a_layer():
-    assert [m for m in MODULES if layer_of(m) is None] == [], "place each new module in LAYERS (and docs/architecture.md)"
+    unplaced = [m for m in MODULES if layer_of(m) is None]
+    assert unplaced == [], "place each new module in LAYERS (and in docs/architecture.md's module map)"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -205,3 +208,47 @@ def test_imports_point_down_the_layers(module):
     mine = layer_of(module)
     above = sorted(f"{t} ({LAYERS[layer_of(t)][0]})" for t in EDGES[module] if layer_of(t) > mine)
     assert above == [], f"{module} ({LAYERS[mine][0]}) imports from a layer above it"
+
+
+# --- the module map of docs/architecture.md ------------------------------------------------------------------------
+
+def module_map(text: str) -> dict[str, list[tuple[str, str]]]:
+    """The "Modules" block of docs/architecture.md: layer name -> [(entry, its description)], where an entry is the
+    first word of a line (a path under diffmem/, e.g. ``cluster/base.py`` or ``rundir/``) and continuation lines
+    (indented) add to its description; a line ``--- name (...)`` starts a layer."""
+    block = text.split("## Modules", 1)[1].split("```", 2)[1]
+    layers: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for line in block.splitlines():
+        if line.startswith("--- "):
+            current = layers.setdefault(line[4:].split(" (")[0].strip(), [])
+        elif line.strip() and current is not None:
+            if line.startswith(" "):
+                entry, description = current[-1]
+                current[-1] = (entry, description + " " + line.strip())
+            else:
+                entry, _, description = line.partition(" ")
+                current.append((entry, description.strip()))
+    return layers
+
+
+def test_the_module_map_lists_every_module_in_its_layer_in_the_order_of_the_layers():
+    layers = module_map((PACKAGE_DIR.parent / "docs" / "architecture.md").read_text())
+    assert list(layers) == [name for name, _ in reversed(LAYERS)]
+    misplaced = []
+    for module, path in MODULES.items():
+        relative = path.relative_to(PACKAGE_DIR).as_posix()
+        package, _, base = relative.rpartition("/")
+
+        def names_it(entry: str, description: str) -> bool:
+            if entry == relative:
+                return True
+            return bool(package) and entry == f"{package}/" and \
+                (base == "__init__.py" or base in re.findall(r"[\w.]+\.py", description))
+
+        where = [layer for layer, entries in layers.items() for entry, description in entries
+                 if names_it(entry, description)]
+        layer = LAYERS[layer_of(module)][0]
+        if where != [layer]:
+            misplaced.append(f"{relative}: in {where or 'no layer'} of the map, in {layer!r} of LAYERS")
+    assert misplaced == []
