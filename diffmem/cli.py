@@ -359,7 +359,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from diffmem.status import experiment_status, format_status
+    from diffmem.cluster.runstate import experiment_status
+    from diffmem.status import format_status
 
     print(format_status(experiment_status(args.experiment_dir), args.experiment_dir))
     return 0

@@ -67,3 +67,10 @@ def kept_steps(eval_steps: Sequence[int], ratio: float) -> list[int]:
                 break
             out.add(s)
     return sorted(out)
+
+
+def nearest_log_midpoint(steps: Sequence[int], lo: float, hi: float) -> int:
+    """The step of ``steps`` (non-empty) nearest the bracket's log-midpoint sqrt(lo * hi): the evaluation that halves
+    the bracket in log time, whichever way it falls."""
+    middle = math.sqrt(lo * hi)
+    return min(steps, key=lambda s: abs(math.log(s / middle)))

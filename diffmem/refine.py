@@ -32,11 +32,11 @@ is the bracket that ``diffmem analyze`` reports.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol, Sequence
 
 from diffmem.analysis.runfiles import latest_per_step
 from diffmem.analysis.timescales import TimescaleInputError, estimate_run, evaluation_bracket, tau_bias
+from diffmem.eval_grid import nearest_log_midpoint
 from diffmem.rundir import RunDir
 
 
@@ -105,13 +105,6 @@ def next_refinement(records: Sequence[dict[str, Any]], checkpoints: Sequence[int
         if pick is not None and (best is None or hi / lo > best[0]):
             best = (hi / lo, pick)
     return None if best is None else best[1]
-
-
-def nearest_log_midpoint(steps: Sequence[int], lo: float, hi: float) -> int:
-    """The step of ``steps`` (non-empty) nearest the bracket's log-midpoint sqrt(lo * hi): the evaluation that halves
-    the bracket in log time, whichever way it falls."""
-    middle = math.sqrt(lo * hi)
-    return min(steps, key=lambda s: abs(math.log(s / middle)))
 
 
 def next_bias_refinement(steps: Sequence[int], bias_lo: Sequence[float | None], checkpoints: Sequence[int],

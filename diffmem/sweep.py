@@ -47,6 +47,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from diffmem.cluster.base import ClusterOptions, Job, JobResult, Task
 from diffmem.cluster.executors import make_executor
+from diffmem.cluster.runstate import ACTIVE_STATES, RunStatus, run_status
 from diffmem.cluster.slurm import EARLY_SIGNAL_ENV
 from diffmem.config import RunConfig, SweepConfig, continuation_diff
 from diffmem.data import default_heldout, load_images
@@ -55,7 +56,6 @@ from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.jobrecords import one_line, record_job_end, record_job_signal, record_job_start, record_plan
 from diffmem.outcomes import CANCELLED, EVALUATED, FAILED, INTERRUPTED, REQUEUED
 from diffmem.rundir import RunDir
-from diffmem.status import ACTIVE_STATES, RunStatus, run_status
 from diffmem.train import TrainResult, train
 
 KINDS = ("train", "evaluate")

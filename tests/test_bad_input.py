@@ -14,7 +14,7 @@ import torch
 from diffmem.analysis.runfiles import read_csv
 from diffmem.cli import main
 from diffmem.rundir import RunDir
-from diffmem.status import run_status
+from diffmem.cluster.runstate import run_status
 from tiny_runs import SMOKE, sets
 
 

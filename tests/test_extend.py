@@ -8,7 +8,7 @@ import torch
 
 from diffmem.config import SweepConfig
 from diffmem.rundir import RunDir
-from diffmem.status import experiment_status
+from diffmem.cluster.runstate import experiment_status
 from diffmem.cluster.base import ClusterOptions
 from diffmem.sweep import run_sweep
 from diffmem.rundir import RunConfigMismatch

@@ -30,7 +30,7 @@ from diffmem.rundir import RunDir, RunLock, RunLocked
 from diffmem.eval_grid import evaluation_steps
 from diffmem.rundir import StateDamaged
 from diffmem.train import TrainingDiverged, train
-from diffmem.status import run_status
+from diffmem.cluster.runstate import run_status
 from tiny_runs import TINY, sets, tiny_config
 
 

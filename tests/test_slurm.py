@@ -23,7 +23,8 @@ from diffmem.rundir import RunDir
 from diffmem.cluster.base import ClusterOptions
 from diffmem.cluster.slurm import forget_slurm_states, job_gpus
 from diffmem.jobrecords import read_job, read_submissions
-from diffmem.status import experiment_status, format_status, run_status
+from diffmem.cluster.runstate import experiment_status, run_status
+from diffmem.status import format_status
 from diffmem.train import train
 from slurm_cluster import start_cluster, unavailable
 from tiny_runs import TINY_GRID, sets, tiny_config

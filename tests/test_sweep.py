@@ -21,7 +21,8 @@ from diffmem.rundir import RunDir
 from diffmem.cluster.base import ClusterOptions
 from diffmem.cluster.slurm import render_sbatch
 from diffmem.jobrecords import SUBMITIT_DIR, read_job, read_submissions, record_submission
-from diffmem.status import experiment_status, format_status, run_status
+from diffmem.cluster.runstate import experiment_status, run_status
+from diffmem.status import format_status
 from diffmem.sweep import RunJob, plan_sweep, run_sweep
 from diffmem.train import train
 from tiny_runs import TINY_GRID, sets, tiny_config

@@ -25,7 +25,7 @@ from diffmem.jobrecords import (SUBMITIT_DIR, JobRecordError, read_job, read_pla
                                 record_job_start, record_submission)
 from diffmem.metrics import fid as fidmod
 from diffmem.metrics.fid import OFFLINE_EXTRACTOR, FIDWeightsError, build_extractor, check_extractor, fid
-from diffmem.status import experiment_status, run_status
+from diffmem.cluster.runstate import experiment_status, run_status
 
 DEAD_PID = "999999999"  # no process has this id (above Linux's pid_max)
 

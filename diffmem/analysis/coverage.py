@@ -18,7 +18,7 @@ log-midpoint as the value. The evaluation grid (``Setting.grid``) is one of
 each without refinement or (``refined``) refined the way ``eval.refine_ratio`` refines a run after training: kept
 checkpoints at most ``refine_ratio`` apart (:func:`diffmem.eval_grid.kept_steps`; every step for the continuous
 grids), the one nearest the bracket's log-midpoint evaluated until the bracket is at most ``refine_ratio`` wide
-(:func:`diffmem.refine.nearest_log_midpoint`).
+(:func:`diffmem.eval_grid.nearest_log_midpoint`).
 
 Per setting the study fits every simulated experiment with :func:`diffmem.analysis.powerlaw.fit_power_law`'s
 computation and reports its coverage (the fraction of experiments whose interval holds the planted exponent) and
@@ -46,8 +46,7 @@ from tqdm import tqdm
 from diffmem.analysis.powerlaw import (bracket_variances, cell_bracket_variance, cell_least_squares, lack_of_fit,
                                        leave_one_out, make_cells)
 from diffmem.analysis.timescales import binomial_interval, tau_mem_level
-from diffmem.eval_grid import evaluation_steps, kept_steps
-from diffmem.refine import nearest_log_midpoint
+from diffmem.eval_grid import evaluation_steps, kept_steps, nearest_log_midpoint
 
 EXPONENTS: tuple[float, ...] = (0.0, 0.5, 1.0)
 N_XS: tuple[int, ...] = (3, 4, 6, 9)

@@ -28,10 +28,10 @@ from typing import Any, Callable
 import submitit
 
 from diffmem.cluster.base import ClusterError, ClusterOptions, JobResult, Task, recorded_result
+from diffmem.cluster.runstate import ACTIVE_STATES, RunStatus, run_status
 from diffmem.cluster.slurm import sbatch_scripts, submit_tasks, wait_slurm
 from diffmem.jobrecords import log_error_line, one_line, read_submissions, record_submission, submitit_folder
 from diffmem.outcomes import FAILED, INTERRUPTED, SUBMITTED, SUCCEEDED
-from diffmem.status import ACTIVE_STATES, RunStatus, run_status
 
 NO_TIME_LIMIT_MIN = 60 * 24 * 365  # a local job without --time: one year, i.e. never signalled
 
