@@ -11,8 +11,9 @@ from scipy import stats
 
 from diffmem.analysis.coverage import (JointSetting, Setting, fit_interval, previous_t_interval, run_joint_setting,
                                        run_level_setting, run_setting, simulate_experiment)
+from diffmem.analysis.goodness import slopes_through_intervals
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_NAMES, AnalysisError, PowerLawFit, fit_joint_law,
-                                       fit_power_law, load_fits, slopes_through_intervals)
+                                       fit_power_law, load_fits)
 from diffmem.eval_grid import evaluation_steps
 
 # the committed reference experiment's tau_mem (results/cpu_digits/summary.csv, diffmem 0.3): (run, N, tau, lo, hi)

@@ -43,8 +43,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from diffmem.analysis.powerlaw import (bracket_variances, cell_bracket_variance, cell_least_squares, lack_of_fit,
-                                       leave_one_out, make_cells)
+from diffmem.analysis.cellfit import bracket_variances, cell_bracket_variance, cell_least_squares, make_cells
+from diffmem.analysis.goodness import lack_of_fit, leave_one_out
 from diffmem.analysis.timescales import binomial_interval, tau_mem_level
 from diffmem.eval_grid import evaluation_steps, kept_steps, nearest_log_midpoint
 

@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from scipy import optimize, special, stats
 
+from diffmem.analysis.cellfit import Cell, cell_least_squares, cells_bracket_variance, interval_half_width, make_cells
+from diffmem.analysis.goodness import GoodnessOfFit, goodness_of_fit
 from diffmem.analysis.runfiles import read_json
 
 FIT_NAMES: tuple[str, ...] = ("tau_mem_vs_n", "tau_gen_vs_n", "tau_gen_vs_width", "tau_mem_vs_n_over_width")
@@ -69,8 +69,6 @@ OLD_FIT_METHOD = "bootstrap-over-runs"
 diffmem 0.4 wrote "ols-cell-means-t" (the t interval on the residual scatter alone); :func:`load_fits` refuses
 both."""
 
-LACK_OF_FIT_LEVEL = 0.05
-"""A law is called inconsistent with its points when the lack-of-fit test's p-value is below this."""
 
 
 class AnalysisError(ValueError):
@@ -79,332 +77,6 @@ class AnalysisError(ValueError):
 
 Point = tuple[str, float, float, "float | None", "float | None"]
 """(run, x, tau, tau_lo, tau_hi): a measured run; x and tau > 0; the interval may be None (unknown)."""
-
-
-# --- the computation: cells, least squares, t interval, lack of fit -----------------------------------------------
-
-@dataclass(frozen=True)
-class Cell:
-    """The runs at one x (one value per variable): ``mean`` and ``spread`` are the mean and the standard deviation
-    (ddof 1; None with one run) of ``log10 tau`` over them."""
-
-    x: tuple[float, ...]
-    runs: tuple[str, ...]
-    mean: float
-    spread: float | None
-
-    def label(self, names: Sequence[str]) -> str:
-        return ", ".join(f"{name}={value:g}" for name, value in zip(names, self.x))
-
-    def to_dict(self, names: Sequence[str]) -> dict[str, Any]:
-        return {**{name: value for name, value in zip(names, self.x)}, "runs": list(self.runs),
-                "n_runs": len(self.runs), "geometric_mean": 10 ** self.mean,
-                "spread_log10": self.spread}
-
-
-def make_cells(xs: np.ndarray, ly: np.ndarray, runs: Sequence[str]) -> list[Cell]:
-    """Group runs by x. ``xs``: shape (n_runs, n_vars), ``ly``: log10 tau, shape (n_runs,); cells sorted by x."""
-    keys = sorted({tuple(float(v) for v in row) for row in xs})
-    cells = []
-    for key in keys:
-        idx = [i for i, row in enumerate(xs) if tuple(float(v) for v in row) == key]
-        vals = ly[idx]
-        cells.append(Cell(key, tuple(runs[i] for i in idx), float(vals.mean()),
-                          float(vals.std(ddof=1)) if len(idx) > 1 else None))
-    return cells
-
-
-@dataclass(frozen=True)
-class LeastSquares:
-    """Least squares of cell means on ``[1, log10 x1, log10 x2, ...]`` and its interval (module docstring,
-    "Interval"): ``coef`` (intercept, slopes); ``cov`` their covariance, read with the two-sided Student-t quantile
-    ``t`` (None without degrees of freedom); ``df`` = cells - parameters; ``scatter`` the residual standard deviation
-    of a cell mean in log10 and ``beyond_brackets`` the part of it that the cells' brackets do not explain (both None
-    when df = 0); ``floor``: when the brackets explain all the residual scatter, the rows ``(C_i..., sd_i)`` of the
-    brackets' worst-case term (``C = (X'X)^-1 X'``, one row per cell, ``sd_i`` its bracket standard deviation), read
-    with the normal quantile ``z``; None otherwise."""
-
-    coef: np.ndarray
-    cov: np.ndarray | None
-    df: int
-    scatter: float | None
-    t: float | None
-    beyond_brackets: float | None = None
-    floor: np.ndarray | None = None
-    z: float | None = None
-
-    def half_width(self, a: np.ndarray) -> float | None:
-        """The half width (log10) of the interval of ``a @ coef`` (None without one): ``t * sqrt(a' cov a)``, and
-        never less than ``z * sum_i |a' C_i| sd_i`` when the brackets set the floor."""
-        return interval_half_width(a, self.cov, self.t, self.floor, self.z)
-
-    def interval(self, j: int) -> tuple[float | None, float | None]:
-        """The interval of coefficient ``j`` (0 = log10 prefactor)."""
-        a = np.zeros(self.coef.size)
-        a[j] = 1.0
-        half = self.half_width(a)
-        if half is None:
-            return None, None
-        return float(self.coef[j] - half), float(self.coef[j] + half)
-
-
-def interval_half_width(a: np.ndarray, cov: np.ndarray | None, t: float | None, floor: np.ndarray | None,
-                        z: float | None) -> float | None:
-    """The half width of the interval of the linear combination ``a`` of a law's coefficients (log10): the t part
-    ``t * sqrt(a' cov a)`` and, where ``floor`` (rows ``(C_i..., sd_i)``) is given, at least the brackets' worst
-    case ``z * sum_i |a' C_i| sd_i``. None without a covariance."""
-    if cov is None or t is None:
-        return None
-    half = t * math.sqrt(max(float(a @ cov @ a), 0.0))
-    if floor is not None and z is not None:
-        half = max(half, z * float(np.abs(floor[:, :-1] @ a) @ floor[:, -1]))
-    return half
-
-
-def design_matrix(cells: Sequence[Cell]) -> np.ndarray:
-    """The least-squares design of ``cells``: rows ``[1, log10 x1, log10 x2, ...]``, shape (cells, 1 + variables)."""
-    return np.column_stack([np.ones(len(cells)), np.log10([c.x for c in cells])])
-
-
-@lru_cache(maxsize=256)
-def t_quantile(ci: float, df: int) -> float:
-    """The two-sided Student-t quantile of level ``ci`` with ``df`` degrees of freedom (cached: the coverage study
-    asks for the same few thousands of times)."""
-    return float(stats.t.ppf(0.5 + ci / 2, df))
-
-
-@lru_cache(maxsize=16)
-def z_quantile(ci: float) -> float:
-    """The two-sided normal quantile of level ``ci`` (1.96 for 0.95)."""
-    return float(stats.norm.ppf(0.5 + ci / 2))
-
-
-def cell_least_squares(cells: Sequence[Cell], ci: float,
-                       cell_variance: np.ndarray | None = None) -> LeastSquares | None:
-    """The fit of :class:`LeastSquares`, or None when the design is singular (e.g. one distinct x).
-
-    ``cell_variance`` (log10^2, one per cell, :func:`cell_bracket_variance`): the variance each cell mean has from
-    its runs' brackets alone, ``v_i``; None or zeros: no bracket is known, and this is the plain t interval on the
-    residual scatter. Otherwise (module docstring, "Interval") the scatter beyond the brackets is estimated as
-    ``b^2 = max(0, (RSS - sum_i (1 - h_i) v_i) / df)`` (``h_i``: the cell's leverage, so that ``E[RSS] = sum_i
-    (1 - h_i) (b^2 + v_i)``). With ``b^2 > 0``: ``cov = C diag(b^2 + v) C'`` (``C = (X'X)^-1 X'``), read with t;
-    with every ``v_i`` equal it is the plain ``s^2 (X'X)^-1``. With ``b^2 = 0`` (the residuals are no larger than
-    the brackets alone explain): ``cov = s^2 (X'X)^-1`` with t, floored at the brackets' worst case."""
-    design = design_matrix(cells)
-    y = np.array([c.mean for c in cells])
-    coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
-    if rank < design.shape[1]:
-        return None
-    df = len(cells) - design.shape[1]
-    if df <= 0:
-        return LeastSquares(coef, None, 0, None, None)
-    resid = y - design @ coef
-    rss = float(resid @ resid)
-    weights = np.linalg.inv(design.T @ design) @ design.T  # C: coefficients = C @ cell means
-    v = np.zeros(len(cells)) if cell_variance is None else np.asarray(cell_variance, dtype=float)
-    leverage = np.einsum("ij,ji->i", design, weights)
-    beyond2 = max(0.0, (rss - float(((1.0 - leverage) * v).sum())) / df)
-    t = t_quantile(ci, df)
-    if beyond2 > 0 or not v.any():
-        return LeastSquares(coef, (weights * (beyond2 + v)) @ weights.T, df, math.sqrt(rss / df), t,
-                            math.sqrt(beyond2))
-    floor = np.column_stack([weights.T, np.sqrt(v)])
-    return LeastSquares(coef, rss / df * (weights @ weights.T), df, math.sqrt(rss / df), t, 0.0, floor,
-                        z_quantile(ci))
-
-
-def bracket_variances(lo: Sequence[float | None], hi: Sequence[float | None]) -> np.ndarray:
-    """The variance (log10 units) of each tau known only to lie within its interval [lo, hi], taken as uniform in log:
-    ``log10(hi / lo) ** 2 / 12``; 0 where the interval is unknown. Shape (n,)."""
-    out = np.zeros(len(lo))
-    for i, (a, b) in enumerate(zip(lo, hi)):
-        if a is not None and b is not None and 0 < a < b:
-            out[i] = math.log10(b / a) ** 2 / 12.0
-    return out
-
-
-@dataclass(frozen=True)
-class GoodnessOfFit:
-    """Whether one power law is consistent with all points (the module docstring has the rules).
-
-    ``test``: the name of the test, None when none is possible (``note`` says why); ``statistic``, ``df`` (numerator,
-    denominator) and ``p_value`` of it; ``consistent``: p >= :data:`LACK_OF_FIT_LEVEL` (None untested).
-    ``slopes_through_intervals``: the range of exponents of the lines that pass through every run's interval (None
-    when none passes; not computed for joint laws or when a run has no interval, then ``line_through_intervals`` is
-    None); ``restoring``: cells whose removal alone lets such a line pass (with 4 or more cells); ``influential``: (cell, exponent without
-    it) for each cell whose removal moves the exponent outside the fit's interval (``exponents_without``: the
-    exponent without each cell, for every cell); ``outliers``: (cell, t, Bonferroni p) for each cell whose
-    externally studentized residual (its distance from the law fitted to the other cells, in units of that law's
-    prediction error, Student t with cells - 3 df) has a Bonferroni-adjusted two-sided p below
-    :data:`LACK_OF_FIT_LEVEL`. A far-off cell inflates the fit's own interval, so ``influential`` rarely fires
-    (masking); ``outliers`` is the test that finds such a cell.
-    """
-
-    test: str | None = None
-    statistic: float | None = None
-    df: tuple[int, int] | None = None
-    p_value: float | None = None
-    consistent: bool | None = None
-    line_through_intervals: bool | None = None
-    slopes_through_intervals: tuple[float, float] | None = None
-    restoring: tuple[str, ...] = ()
-    influential: tuple[tuple[str, float], ...] = ()
-    exponents_without: tuple[tuple[str, float], ...] = ()
-    outliers: tuple[tuple[str, float, float], ...] = ()
-    note: str = ""
-
-    def flagged(self) -> list[str]:
-        """Plain sentences for the report: what fails and which points are responsible (empty when nothing is)."""
-        out = []
-        if self.consistent is False:
-            out.append(f"one power law is rejected by the lack-of-fit test (p = {self.p_value:.2g})")
-        if self.line_through_intervals is False:
-            text = "no single line passes through every run's interval"
-            if self.restoring:
-                text += "; without " + " or without ".join(self.restoring) + " one does"
-            out.append(text)
-        for label, exponent in self.influential:
-            out.append(f"without {label} the exponent is {exponent:.2f}, outside the interval")
-        for label, t, p in self.outliers:
-            out.append(f"{label} lies off the law of the other cells (studentized residual {t:.1f}, "
-                       f"Bonferroni p = {p:.2g})")
-        return out
-
-    def summary(self) -> str:
-        """One line: the test's result (or why there is none) and the flags."""
-        head = (f"lack of fit p = {self.p_value:.2g}" if self.p_value is not None else "lack of fit: not testable")
-        if self.slopes_through_intervals is not None:
-            lo, hi = self.slopes_through_intervals
-            head += f"; lines through every interval: slopes [{lo:.2f}, {hi:.2f}]"
-        flags = self.flagged()
-        return head + ("; " + "; ".join(flags) if flags else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"test": self.test, "statistic": self.statistic, "df": list(self.df) if self.df else None,
-                "p_value": self.p_value, "consistent": self.consistent, "level": LACK_OF_FIT_LEVEL,
-                "line_through_intervals": self.line_through_intervals,
-                "slopes_through_intervals": list(self.slopes_through_intervals)
-                if self.slopes_through_intervals else None,
-                "restoring": list(self.restoring),
-                "influential": [{"cell": c, "exponent_without": e} for c, e in self.influential],
-                "exponents_without": {c: e for c, e in self.exponents_without},
-                "outliers": [{"cell": c, "t": t, "p_bonferroni": p} for c, t, p in self.outliers],
-                "note": self.note}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GoodnessOfFit:
-        return cls(test=d.get("test"), statistic=d.get("statistic"),
-                   df=tuple(d["df"]) if d.get("df") else None, p_value=d.get("p_value"),
-                   consistent=d.get("consistent"), line_through_intervals=d.get("line_through_intervals"),
-                   slopes_through_intervals=tuple(d["slopes_through_intervals"])
-                   if d.get("slopes_through_intervals") else None,
-                   restoring=tuple(d.get("restoring", ())),
-                   influential=tuple((i["cell"], float(i["exponent_without"])) for i in d.get("influential", ())),
-                   exponents_without=tuple((c, float(e)) for c, e in (d.get("exponents_without") or {}).items()),
-                   outliers=tuple((o["cell"], float(o["t"]), float(o["p_bonferroni"])) for o in d.get("outliers", ())),
-                   note=d.get("note", ""))
-
-
-def lack_of_fit(cells: Sequence[Cell], ls: LeastSquares, ly: np.ndarray, variances: np.ndarray,
-                cell_of: np.ndarray) -> tuple[float, tuple[int, int], float] | None:
-    """(F, (df1, df2), p) of the lack-of-fit test, or None without seeds or without degrees of freedom.
-
-    ``ly``: log10 tau per run, ``variances``: each run's bracket variance, ``cell_of``: each run's cell index. The
-    numerator is the cell means' mean squared residual about the law; the denominator the variance of a cell mean if
-    the law held: ``(s_pe^2 + mean bracket variance of the cell) / runs in the cell``, averaged over cells, with
-    ``s_pe^2`` the pooled within-cell variance (df2 = runs - cells).
-    """
-    n_runs, n_cells = ly.size, len(cells)
-    df1, df2 = ls.df, n_runs - n_cells
-    if df1 <= 0 or df2 <= 0:
-        return None
-    design = design_matrix(cells)
-    resid = np.array([c.mean for c in cells]) - design @ ls.coef
-    means = np.array([c.mean for c in cells])
-    s_pe2 = float(((ly - means[cell_of]) ** 2).sum()) / df2
-    sizes = np.bincount(cell_of, minlength=n_cells)
-    v_cell = np.bincount(cell_of, weights=variances, minlength=n_cells) / sizes
-    expected = float(np.mean((s_pe2 + v_cell) / sizes))
-    if expected <= 0:
-        return None
-    f_stat = float(resid @ resid) / df1 / expected
-    return f_stat, (df1, df2), float(stats.f.sf(f_stat, df1, df2))
-
-
-def leave_one_out(cells: Sequence[Cell], ci: float, names: Sequence[str],
-                  cell_variance: np.ndarray | None = None) -> tuple[list[tuple[str, float]],
-                                                                   list[tuple[str, float, float]]]:
-    """Each cell left out in turn: (label, first exponent of the law fitted to the others) for every cell whose
-    removal leaves a fittable law, and (label, t, Bonferroni p) for each outlying cell: its externally studentized
-    residual ``t = (mean - prediction) / (s * sqrt(1 + x0' (X'X)^-1 x0))`` from the law of the other cells (Student
-    t with their df), two-sided p times the number of cells, below :data:`LACK_OF_FIT_LEVEL`.
-
-    ``cell_variance`` (log10^2, one per cell): the variance that each cell mean has from its runs' brackets alone
-    (:func:`cell_bracket_variance`). ``s`` is never taken below the root of its mean over the other cells: cells
-    known only to within their brackets cannot scatter less than that, and three bracket midpoints that happen to lie
-    on one line (s ~ 0) would otherwise make any fourth point an outlier."""
-    without: list[tuple[str, float]] = []
-    outliers: list[tuple[str, float, float]] = []
-    floor = np.zeros(len(cells)) if cell_variance is None else np.asarray(cell_variance, dtype=float)
-    for i, c in enumerate(cells):
-        rest = [d for j, d in enumerate(cells) if j != i]
-        sub = cell_least_squares(rest, ci) if len(rest) >= 2 else None
-        if sub is None:
-            continue
-        without.append((c.label(names), float(sub.coef[1])))
-        if sub.cov is None:
-            continue
-        scatter = max(sub.scatter, math.sqrt(float(np.delete(floor, i).mean())))
-        if scatter <= 0:
-            continue
-        x0 = np.concatenate([[1.0], np.log10(c.x)])
-        unscaled = sub.cov / sub.scatter ** 2 if sub.scatter > 0 else _unscaled_cov(rest)
-        se = scatter * math.sqrt(1.0 + float(x0 @ unscaled @ x0))
-        t_stat = (c.mean - float(x0 @ sub.coef)) / se
-        p_adj = min(1.0, len(cells) * 2 * float(special.stdtr(sub.df, -abs(t_stat))))  # = t.sf(|t|, df)
-        if p_adj < LACK_OF_FIT_LEVEL:
-            outliers.append((c.label(names), float(t_stat), p_adj))
-    return without, outliers
-
-
-def _unscaled_cov(cells: Sequence[Cell]) -> np.ndarray:
-    """(X'X)^-1 of the cells' design [1, log10 x...]."""
-    design = design_matrix(cells)
-    return np.linalg.inv(design.T @ design)
-
-
-def cell_bracket_variance(variances: np.ndarray, cell_of: np.ndarray, n_cells: int) -> np.ndarray:
-    """Per cell, the variance of its mean from its runs' brackets, each run's independent of the others':
-    ``sum of run bracket variances / runs^2`` (log10^2), shape (n_cells,)."""
-    sizes = np.bincount(cell_of, minlength=n_cells)
-    return np.bincount(cell_of, weights=variances, minlength=n_cells) / sizes ** 2
-
-
-def cells_bracket_variance(cells: Sequence[Cell], xs: np.ndarray, kept: Sequence) -> tuple[np.ndarray, np.ndarray,
-                                                                                          np.ndarray]:
-    """(cell index of each run, each run's bracket variance, each cell's bracket variance) of the runs ``kept``
-    (rows of ``xs``) grouped into ``cells``."""
-    index = {c.x: i for i, c in enumerate(cells)}
-    cell_of = np.array([index[tuple(float(v) for v in row)] for row in xs], dtype=int)
-    variances = bracket_variances([p[3] for p in kept], [p[4] for p in kept])
-    return cell_of, variances, cell_bracket_variance(variances, cell_of, len(cells))
-
-
-def slopes_through_intervals(lx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float] | None:
-    """The smallest and largest slope k of the lines a + k lx that pass through every interval [lo_i, hi_i] (log10
-    units, shape (n,)), by linear programming; None when no line passes."""
-    a_ub = np.concatenate([np.column_stack([np.ones_like(lx), lx]), -np.column_stack([np.ones_like(lx), lx])])
-    b_ub = np.concatenate([hi, -lo])
-    ends = []
-    for sign in (1.0, -1.0):
-        res = optimize.linprog([0.0, sign], A_ub=a_ub, b_ub=b_ub, bounds=[(None, None), (None, None)],
-                               method="highs")
-        if res.status == 2:  # infeasible
-            return None
-        if res.status != 0:  # unbounded (e.g. all x equal) or numerical trouble: no finite answer
-            return None
-        ends.append(float(res.x[1]))
-    return ends[0], ends[1]
 
 
 # --- the law of one variable ----------------------------------------------------------------------------------------
@@ -550,47 +222,6 @@ def _clean_points(points, x_name: str, quantity: str, excluded) -> tuple[list, l
     return kept, dropped
 
 
-def _goodness(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarray, kept: list, ci: float,
-              exponent_ci: tuple[float | None, float | None], one_variable: bool,
-              names: Sequence[str]) -> GoodnessOfFit:
-    """The goodness of fit of a law fitted to ``cells`` (module docstring)."""
-    cell_of, variances, per_cell = cells_bracket_variance(cells, xs, kept)
-    lof = lack_of_fit(cells, ls, ly, variances, cell_of)
-    if lof is not None:
-        f_stat, dfs, p = lof
-        test = dict(test="lack-of-fit F (pure error: within-cell variance + bracket variance)", statistic=f_stat,
-                    df=dfs, p_value=p, consistent=p >= LACK_OF_FIT_LEVEL)
-        note = ""
-    else:
-        test = {}
-        note = ("one run per x: lack of fit cannot be told from run-to-run scatter without seeds; no p-value"
-                if ly.size == len(cells) else "too few cells for a lack-of-fit test")
-    line = slopes = None
-    restoring: list[str] = []
-    influential: list[tuple[str, float]] = []
-    have_intervals = all(p[3] is not None and p[4] is not None and 0 < p[3] <= p[2] <= p[4] for p in kept)
-    if one_variable and have_intervals:
-        lx = np.log10(xs[:, 0])
-        lo = np.log10([p[3] for p in kept])
-        hi = np.log10([p[4] for p in kept])
-        slopes = slopes_through_intervals(lx, lo, hi)
-        line = slopes is not None
-        if not line and len(cells) >= 4:  # with 3 cells any 2 admit a line: naming them says nothing
-            for i, c in enumerate(cells):
-                keep = cell_of != i
-                if len({float(v) for v in lx[keep]}) >= 2 and slopes_through_intervals(lx[keep], lo[keep],
-                                                                                       hi[keep]) is not None:
-                    restoring.append(c.label(names))
-    k_lo, k_hi = exponent_ci
-    without, outliers = leave_one_out(cells, ci, names, per_cell)
-    if one_variable and k_lo is not None:
-        influential = [(label, k) for label, k in without if not k_lo <= k <= k_hi]
-    return GoodnessOfFit(**test, line_through_intervals=line, slopes_through_intervals=slopes,
-                         restoring=tuple(restoring), influential=tuple(influential),
-                         exponents_without=tuple(without) if one_variable else (), outliers=tuple(outliers),
-                         note=note)
-
-
 def fit_power_law(quantity: str, x_name: str,
                   points: Iterable[tuple[str, float, float] | tuple[str, float, float, float | None, float | None]], *,
                   censored: Iterable[tuple[str, float, float | None]] = (),
@@ -617,7 +248,7 @@ def fit_power_law(quantity: str, x_name: str,
     c_lo, c_hi = ls.interval(0)
     note = None if ls.cov is not None else (f"only {len(cells)} distinct {x_name} values: a line through them has no "
                                             "interval (t with 0 degrees of freedom)")
-    gof = _goodness(cells, ls, xs, ly, kept, ci, (k_lo, k_hi), True, [x_name])
+    gof = goodness_of_fit(cells, ls, xs, ly, kept, ci, (k_lo, k_hi), True, [x_name])
     return PowerLawFit(**base, exponent=float(ls.coef[1]), exponent_lo=k_lo, exponent_hi=k_hi,
                        prefactor=float(10 ** ls.coef[0]),
                        prefactor_lo=None if c_lo is None else float(10 ** c_lo),
@@ -710,7 +341,7 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
                            reason=f"{len(cells)} cells do not determine {len(names)} exponents (each variable must "
                                   "vary on its own, in at least " + str(len(names) + 1) + " cells)")
     ends = [ls.interval(j + 1) for j in range(len(names))]
-    gof = _goodness(cells, ls, xs, ly, kept, ci, (None, None), False, names)
+    gof = goodness_of_fit(cells, ls, xs, ly, kept, ci, (None, None), False, names)
     return JointLawFit(**base, exponents=tuple(float(v) for v in ls.coef[1:]),
                        exponents_lo=tuple(e[0] for e in ends), exponents_hi=tuple(e[1] for e in ends),
                        prefactor=float(10 ** ls.coef[0]), df=ls.df, scatter=ls.scatter, cells=tuple(cells), gof=gof,

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from diffmem import __version__
-from diffmem.analysis.powerlaw import GoodnessOfFit, PowerLawFit, load_fits
+from diffmem.analysis.goodness import GoodnessOfFit
+from diffmem.analysis.powerlaw import PowerLawFit, load_fits
 from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
 from diffmem.analysis.scaling import level_keys, level_of
 from diffmem.config import EXECUTION_KEYS

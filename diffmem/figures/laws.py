@@ -103,7 +103,7 @@ def _limit_to_points(ax, ys: Sequence[float], factor: float = 2.5) -> None:
 
 
 def gof_text(fit: PowerLawFit | None) -> str | None:
-    """A short legend line on whether one power law fits the points (diffmem.analysis.powerlaw.GoodnessOfFit)."""
+    """A short legend line on whether one power law fits the points (diffmem.analysis.goodness.GoodnessOfFit)."""
     if fit is None or not fit.fitted or fit.gof is None:
         return None
     g = fit.gof
