@@ -12,6 +12,7 @@ by this process (``diffmem tensorboard EXP`` writes them later).
 """
 from __future__ import annotations
 
+import atexit
 import threading
 import warnings
 from pathlib import Path
@@ -33,6 +34,16 @@ PAIRS_TENSORBOARD_DIR = "pairs_tensorboard"  # <experiment>/pairs_tensorboard/<p
 
 _lock = threading.Lock()
 _writers: dict[Path, Any] = {}  # event folder -> its EventDir, or None once a write there failed
+
+
+@atexit.register
+def close_writers() -> None:
+    """Close this process's event files when it exits (called by atexit), so no file is left for the interpreter to
+    close."""
+    with _lock:
+        for events in _writers.values():
+            if events is not None:
+                events.close()
 _missing_warned = [False]
 
 
