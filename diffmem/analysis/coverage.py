@@ -153,19 +153,18 @@ def planted_taus(rng: np.random.Generator, s: Setting, xs: np.ndarray, law: np.n
     return tau0 * law * np.exp(s.scatter * rng.standard_normal(xs.size))
 
 
-def report(rng: np.random.Generator, s: Setting, xs: np.ndarray, tau: np.ndarray,
-           budget_x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(value, lo, hi) of each tau as the suite reports it on the setting's grid: the bracket and its
-    log-midpoint. ``budget_x``: the N that sets each run's budget for the suite's grid (default ``xs``)."""
+def reported_brackets(rng: np.random.Generator, s: Setting, cell: np.ndarray, n: np.ndarray,
+                      tau: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value, lo, hi) of each tau as the suite reports it on the setting's grid: the bracket and its log-midpoint.
+    ``cell``: an id per run (runs of one cell share their evaluation steps, so one grid phase on the independent
+    grid); ``n``: each run's N, which sets its budget on the suite's grid."""
     if s.grid in ("independent", "shared"):
-        keys = np.unique(xs)
-        phase = rng.random(keys.size)[np.searchsorted(keys, xs)] if s.grid == "independent" \
-            else np.full(xs.size, rng.random())
+        keys, cell_index = np.unique(cell, return_inverse=True)
+        phase = rng.random(keys.size)[cell_index] if s.grid == "independent" else np.full(tau.size, rng.random())
         ln_lo, ln_hi = continuous_brackets(np.log(tau), phase, s)
         lo, hi = np.exp(ln_lo), np.exp(ln_hi)
     else:
-        grids = grids_of(s, xs if budget_x is None else budget_x)
-        lo, hi = step_brackets(tau, grids, s)
+        lo, hi = step_brackets(tau, grids_of(s, n), s)
     return np.sqrt(lo * hi), lo, hi
 
 
@@ -190,7 +189,7 @@ def simulate_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarra
     x = 16.0 * 2.0 ** np.arange(s.n_x)
     xs = np.repeat(x, s.seeds)
     tau = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
-    value, lo, hi = report(rng, s, xs, tau)
+    value, lo, hi = reported_brackets(rng, s, xs, xs, tau)
     return xs, value, lo, hi
 
 
@@ -351,11 +350,12 @@ def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult
     xs = np.repeat(cells, s.seeds, axis=0)
     rng = setting_rng(seed, a_true, b_true, len(cells), s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
     law = (xs[:, 0] / 32.0) ** a_true * (xs[:, 1] / 8.0) ** b_true
+    cell_ids = np.unique(xs, axis=0, return_inverse=True)[1].ravel()  # cells numbered in (N, W) order
     setting = s.as_setting()
     hits, both, widths, hits_prev = np.zeros(2), 0, [], np.zeros(2)
     for _ in range(n_sim):
         tau = planted_taus(rng, setting, xs[:, 0], law)
-        value, lo, hi = report(rng, setting, xs[:, 0] * 100 + xs[:, 1], tau, budget_x=xs[:, 0])
+        value, lo, hi = reported_brackets(rng, setting, cell_ids, xs[:, 0], tau)
         fitted = make_cells(xs, np.log10(value), [str(i) for i in range(len(xs))])
         index = {c.x: i for i, c in enumerate(fitted)}
         cell_of = np.array([index[tuple(float(v) for v in row)] for row in xs])
