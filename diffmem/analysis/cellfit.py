@@ -1,5 +1,6 @@
 """The computation under every power law (diffmem.analysis.powerlaw): runs grouped into cells, least squares on the
-cell means, and the interval that knows each tau's bracket (the rule: powerlaw's docstring, "Interval"; docs/analysis.md).
+cell means, and the interval that knows each tau's bracket (the rule: powerlaw's docstring, "Interval";
+docs/analysis.md).
 """
 from __future__ import annotations
 

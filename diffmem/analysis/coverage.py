@@ -253,8 +253,9 @@ def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
 
 
 def settings(exponents: Sequence[float] = EXPONENTS, n_xs: Sequence[int] = N_XS, seeds: Sequence[int] = SEEDS,
-             scatters: Sequence[float] = SCATTERS, grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True),
-             grid_ratio: float = 1.2, refine_ratio: float = 1.1) -> list[Setting]:
+             scatters: Sequence[float] = SCATTERS, grids: Sequence[str] = GRIDS,
+             refined: Sequence[bool] = (False, True), grid_ratio: float = 1.2,
+             refine_ratio: float = 1.1) -> list[Setting]:
     """Every combination, in the order of the table (a row per grid, refinement, seeds, scatter, x values; the
     exponents side by side)."""
     return [Setting(k, n, m, sc, g, r, grid_ratio, refine_ratio)

@@ -25,8 +25,8 @@ class GoodnessOfFit:
     denominator) and ``p_value`` of it; ``consistent``: p >= :data:`LACK_OF_FIT_LEVEL` (None untested).
     ``slopes_through_intervals``: the range of exponents of the lines that pass through every run's interval (None
     when none passes; not computed for joint laws or when a run has no interval, then ``line_through_intervals`` is
-    None); ``restoring``: cells whose removal alone lets such a line pass (with 4 or more cells); ``influential``: (cell, exponent without
-    it) for each cell whose removal moves the exponent outside the fit's interval (``exponents_without``: the
+    None); ``restoring``: cells whose removal alone lets such a line pass (with 4 or more cells); ``influential``:
+    (cell, exponent without it) for each cell whose removal moves the exponent outside the fit's interval (``exponents_without``: the
     exponent without each cell, for every cell); ``outliers``: (cell, t, Bonferroni p) for each cell whose
     externally studentized residual (its distance from the law fitted to the other cells, in units of that law's
     prediction error, Student t with cells - 3 df) has a Bonferroni-adjusted two-sided p below
@@ -185,8 +185,8 @@ def slopes_through_intervals(lx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> 
 
 
 def goodness_of_fit(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarray, kept: list, ci: float,
-              exponent_ci: tuple[float | None, float | None], one_variable: bool,
-              names: Sequence[str]) -> GoodnessOfFit:
+                    exponent_ci: tuple[float | None, float | None], one_variable: bool,
+                    names: Sequence[str]) -> GoodnessOfFit:
     """The goodness of fit of a law fitted to ``cells`` (module docstring)."""
     cell_of, variances, per_cell = cells_bracket_variance(cells, xs, kept)
     lof = lack_of_fit(cells, ls, ly, variances, cell_of)
