@@ -3,7 +3,11 @@
 At each evaluation step diffmem draws ``eval.n_samples`` DDIM samples with a fixed seed, measures the memorized
 fraction f_mem against the train set (``diffmem.metrics.memorization``), FID or an offline FD against the held-out
 images (``diffmem.metrics.fid``), and the train/test denoising loss at a fixed diffusion time
-(``diffmem.metrics.losses``). The same checkpoint always gives the same numbers on the same device.
+(``diffmem.metrics.losses``), and at the diffusion times ``eval.loss_ts`` the per-level losses, their gap's interval
+and the membership AUC of the per-image losses (``diffmem.metrics.membership``). Which training images the samples
+copied goes to the run's copies.jsonl, one line per evaluation, appended just before the metrics line (a crash
+between the two repeats the evaluation, and readers take the latest line of a step). The same checkpoint always gives
+the same numbers on the same device.
 """
 from __future__ import annotations
 
@@ -22,8 +26,9 @@ from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.fid import fid_sets, make_reference_key
-from diffmem.metrics.losses import loss_gap
-from diffmem.metrics.memorization import memorized_fraction
+from diffmem.metrics.losses import level_gaps, loss_gap, per_image_losses
+from diffmem.metrics.membership import combined_score, delong_auc
+from diffmem.metrics.memorization import copy_counts, memorized_fraction
 from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
 from diffmem.rundir import RunDir, RunLock
@@ -116,6 +121,7 @@ class Evaluator:
         self.train_x = to_model(splits.train, splits.mean).to(device) if train_x is None else train_x
         self.test_x = to_model(splits.heldout[:e.loss_n_test], splits.mean).to(device)
         self.loss_step = diffusion.step_for_time(e.loss_t)
+        self.loss_steps = [diffusion.step_for_time(t) for t in e.loss_ts]
         # K disjoint blocks of the held-out pool, each of n_ref images; set k is images [start + k n_ref,
         # start + (k + 1) n_ref) of the source's ordering, and its key names exactly that range
         n_ref = reference_set_size(cfg, splits)
@@ -180,6 +186,8 @@ class Evaluator:
             train_loss, test_loss = loss_gap(model, self.diffusion, self.train_x, self.test_x, self.loss_step,
                                              draws=e.loss_noise_draws, seed=e.seed)
             t4 = time.perf_counter()
+            levels = self._loss_levels(model) if e.loss_ts else {}
+            t5 = time.perf_counter()
             self._save_grid(samples, mem.idx1, mem.ratios < e.mem_threshold, step)
         record = {
             "step": step,
@@ -211,16 +219,52 @@ class Evaluator:
             "nn_s": round(t2 - t1, 3),
             "fid_s": round(t3 - t2, 3),
             "loss_s": round(t4 - t3, 3),
+            **levels,
+            **({"membership_s": round(t5 - t4, 3)} if levels else {}),
             "wall_s": round(time.perf_counter() - t0, 3),
         }
         if annotate is not None:
             record |= annotate(record)
+        counts = copy_counts(mem)
+        append_jsonl(self.run.copies_path, {
+            "step": step, "n_samples": n_draw, "seed": e.seed, "mem_threshold": e.mem_threshold,
+            "n_train": len(self.train_x), "nearest_idx": counts.nearest_idx, "nearest_n": counts.nearest_n,
+            "copied_idx": counts.copied_idx, "copied_n": counts.copied_n})
         append_jsonl(self.run.metrics_path, record)
         tensorboard_live.records_appended(self.cfg, self.run)
         fid_text = "off" if fid_value is None else f"{fid_value:.2f}"
         self.log(f"{self.run.path.name} step {step}: f_mem {mem.fraction:.3f} [{mem.lo:.3f}, {mem.hi:.3f}]  "
                  f"fd {fid_text}  loss train {train_loss:.4f} test {test_loss:.4f}  ({record['wall_s']:.1f} s)")
         return record
+
+    def _loss_levels(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The metrics line's keys of the noise levels ``eval.loss_ts``: per level the mean train and held-out loss,
+        the 95 % interval of their gap (:func:`diffmem.metrics.losses.level_gaps`), and the membership AUC of the
+        first ``membership_n`` = min(N, eval.loss_n_test) train images against as many held-out ones, per level and
+        for the levels combined (:mod:`diffmem.metrics.membership`), each with DeLong's 95 % interval."""
+        e = self.cfg.eval
+        train = per_image_losses(model, self.diffusion, self.train_x, self.loss_steps, e.loss_noise_draws, e.seed)
+        test = per_image_losses(model, self.diffusion, self.test_x, self.loss_steps, e.loss_noise_draws, e.seed)
+        gaps = level_gaps(train, test)
+        m = min(train.shape[1], test.shape[1])
+        members, others = train[:, :m].numpy(), test[:, :m].numpy()
+        aucs = [delong_auc(-members[k], -others[k]) for k in range(len(self.loss_steps))]
+        combined = delong_auc(*combined_score(members, others))
+        return {
+            "loss_ts": list(e.loss_ts),
+            "loss_steps": self.loss_steps,
+            "train_losses": [g.train for g in gaps],
+            "test_losses": [g.test for g in gaps],
+            "loss_gap_lo": [g.gap_lo for g in gaps],
+            "loss_gap_hi": [g.gap_hi for g in gaps],
+            "membership_n": m,
+            "auc": [a.auc for a in aucs],
+            "auc_lo": [a.lo for a in aucs],
+            "auc_hi": [a.hi for a in aucs],
+            "membership_auc": combined.auc,
+            "membership_auc_lo": combined.lo,
+            "membership_auc_hi": combined.hi,
+        }
 
     def fill_missing(self, kept: bool = False) -> list[int]:
         """Evaluate every saved checkpoint of the evaluation grid that has no metrics line yet, and with ``kept``
@@ -305,7 +349,8 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
     run's config.json is not changed, and every metrics line records its own ``n_samples``.
     """
     run, cfg = _open_run(run_dir)
-    refuse_unappendable(run.metrics_path)  # a symbolic link is refused before any work, not at the first append
+    for path in (run.metrics_path, run.copies_path):  # a symbolic link is refused before any work, not at an append
+        refuse_unappendable(path)
     lost = lost_evaluations(run)
     if lost:
         raise CheckpointDamaged(f"{run.path}: evaluation step(s) {', '.join(map(str, lost))} have neither a metrics "

@@ -7,8 +7,8 @@ log-spaced grid). diffmem sharpens the brackets after training instead of evalua
   the evaluation steps, log-spaced so that consecutive kept steps are at most a factor ``r`` apart
   (:func:`diffmem.eval_grid.kept_steps`). They cost disk, not evaluation time.
 - ``eval.refine_ratio = q`` (q >= r): once training has ended, diffmem evaluates kept checkpoints inside the bracket
-  of tau_mem and of tau_gen, each time the one nearest the bracket's log-midpoint, until every bracket is at most a
-  factor ``q`` wide or holds no unevaluated checkpoint (:func:`next_refinement`). The extra evaluations are ordinary
+  of tau_mem, of tau_gen and of tau_auc, each time the one nearest the bracket's log-midpoint, until every bracket
+  is at most a factor ``q`` wide or holds no unevaluated checkpoint (:func:`next_refinement`). The extra evaluations are ordinary
   lines of metrics.jsonl; readers sort by step.
 - ``eval.refine_n_samples = M`` (> ``eval.n_samples``): refinement evaluations draw M samples. Whether memorization
   has started is a detection whose sensitivity grows with the sample count: an evaluation counts as memorized from
@@ -61,8 +61,9 @@ def stop_reason(records: Sequence[dict[str, Any]], stop_f_mem: float) -> str | N
 
 
 def brackets(records: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    """The evaluations that bracket each measured onset: tau_mem's [last clean, first memorized] and, for tau_gen,
-    the evaluated steps just before and after its crossing."""
+    """The evaluations that bracket each measured onset: tau_mem's [last clean, first memorized], for tau_gen the
+    evaluated steps just before and after its crossing, and tau_auc's [last at 0.5, first of those above it] (runs
+    that record the membership AUC)."""
     records = latest_per_step(records)
     try:
         est = estimate_run(records)
@@ -74,6 +75,8 @@ def brackets(records: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     gen = evaluation_bracket(records, est["tau_gen"])
     if gen is not None:
         out["tau_gen"] = gen
+    if est["tau_auc"].measured:
+        out["tau_auc"] = (int(est["tau_auc"].lo), int(est["tau_auc"].hi))
     return out
 
 

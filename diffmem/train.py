@@ -227,7 +227,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     """
     run = RunDir(run_dir)
     require_folder(run.path)
-    refuse_unappendable(run.metrics_path)  # a symbolic link is refused before any work, not at the first append
+    for path in (run.metrics_path, run.copies_path):  # a symbolic link is refused before any work, not at an append
+        refuse_unappendable(path)
     check_same_config(cfg, run)
     run.metrics()  # every recorded line validated (a RecordError names a bad one) before anything is written
     if not has_work(cfg, run):

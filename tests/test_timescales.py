@@ -167,10 +167,10 @@ def test_estimate_run_reports_a_crossing_per_level_and_keeps_its_keys():
                 "train_loss": None, "test_loss": None}
                for s, f in ((100, 0.0), (200, 0.005), (400, 0.02), (800, 0.15), (1600, 0.4))]
     est = estimate_run(records)
-    assert set(est) == {"tau_mem", "tau_gen", "tau_gap", "tau_mem_at_0.01", "tau_mem_at_0.1"}
+    assert set(est) == {"tau_mem", "tau_gen", "tau_gap", "tau_auc", "tau_mem_at_0.01", "tau_mem_at_0.1"}
     assert est["tau_mem_at_0.01"].value == pytest.approx(200 * 2 ** (1 / 3))
     assert est["tau_mem_at_0.1"].value == pytest.approx(400 * 2 ** (8 / 13))
-    assert set(estimate_run(records, mem_levels=())) == {"tau_mem", "tau_gen", "tau_gap"}
+    assert set(estimate_run(records, mem_levels=())) == {"tau_mem", "tau_gen", "tau_gap", "tau_auc"}
     assert set(estimate_run(records, mem_levels=[0.001])) >= {"tau_mem_at_0.001"}
 
 

@@ -66,6 +66,7 @@ INVALID: dict[str, tuple[list[str], str]] = {
     "eval.mem_threshold": (["eval.mem_threshold=0"], "eval.mem_threshold = 0.0 must be in (0, 1]"),
     "eval.n_boot": (["eval.n_boot=0"], "eval.n_boot = 0 must be >= 1"),
     "eval.loss_t": (["eval.loss_t=0"], "eval.loss_t = 0.0 must be > 0"),
+    "eval.loss_ts": (["eval.loss_ts=[0.1, 0.01]"], "eval.loss_ts = [0.1, 0.01] must be increasing"),
     "eval.loss_noise_draws": (["eval.loss_noise_draws=0"], "eval.loss_noise_draws = 0 must be >= 1"),
     "eval.loss_n_test": (["eval.loss_n_test=0"], "eval.loss_n_test = 0 must be >= 1"),
     "eval.fid": (["eval.fid=yes"], "eval.fid = 'yes' has the wrong type"),

@@ -1,5 +1,5 @@
-"""Timescale estimators of one run: tau_mem (and its level crossings tau_mem_at_L), tau_gen and tau_gap, and of one
-split pair: tau_bias; each with an interval and an explicit rule.
+"""Timescale estimators of one run: tau_mem (and its level crossings tau_mem_at_L), tau_gen, tau_gap and tau_auc, and
+of one split pair: tau_bias; each with an interval and an explicit rule.
 
 Every estimator takes plain sequences (one entry per evaluation; ``None`` or NaN marks a metric that was not
 recorded at that evaluation and is dropped) and returns an :class:`Estimate`. Steps are optimizer steps (>= 0);
@@ -96,6 +96,11 @@ Definitions (docs/analysis.md copies them):
   (``eval.bias_levels``, default 0.05 and 0.1: samples about 5 % and 10 % nearer their own train set than the other
   set), by the rule of tau_mem_at_L (:func:`level_crossing`) on the bias and its 95 % interval. Like f_mem's levels
   it is a property of the models: more draws narrow its interval around the same step, where tau_bias moves earlier.
+- **tau_auc** (:func:`tau_auc`). The membership AUC of the per-image losses (``diffmem.metrics.membership``) leaves
+  0.5: the rule of tau_bias on the lower end of its 95 % (DeLong) interval, with 0.5 for 0 (the first evaluation from
+  which ``auc_lo > 0.5`` at every later evaluation; log-time midpoint, bracket of the two evaluations). "Stays"
+  for the same reason: with N images per group the interval leaves 0.5 by chance at single evaluations of an
+  untrained model. Like tau_mem's onset it is a detection time: more images per group move it earlier.
 """
 from __future__ import annotations
 
@@ -477,6 +482,29 @@ def tau_gap(steps: Sequence[float], train_loss: Sequence[float | None], test_los
 
 # --- tau_bias: split pairs --------------------------------------------------------------------------------------------
 
+def stays_above(steps: Sequence[float], lo: Sequence[float | None], floor: float, what: str) -> Estimate:
+    """The first evaluation from which ``lo`` (the lower end of a measure's 95 % interval, one per evaluation, None
+    where not recorded) stays above ``floor`` at it and at every later evaluation: the rule of tau_bias and tau_auc
+    (module docstring); ``what`` names the measure in the rule and the censoring reasons."""
+    s = _check_steps(steps)
+    low = _as_float_array(lo, s.size, f"{what}_lo")
+    keep = np.isfinite(low)
+    if not keep.any():
+        return Estimate(None, None, None, False, f"no evaluation with {what}'s interval recorded")
+    s, low = s[keep], low[keep]
+    rule = (f"first evaluation from which {what}_lo > {floor:g} at it and at every later evaluation; the timescale = "
+            "log-time midpoint of it and the evaluation before, interval = those two steps")
+    not_above = np.flatnonzero(low <= floor)
+    b = int(not_above[-1]) + 1 if not_above.size else 0  # the first evaluation of the final run above the floor
+    bound = bound_at_an_end(s, b if b < s.size else None, rule,
+                            never=f"{what} not established above {floor:g} at the last evaluation",
+                            already=f"{what} established above {floor:g} from the first evaluation on")
+    if bound is not None:
+        return bound
+    value = _log_between(float(s[b - 1]), float(s[b]), 0.5)
+    return Estimate(value, float(s[b - 1]), float(s[b]), False, rule)
+
+
 def tau_bias(steps: Sequence[float], bias_lo: Sequence[float | None]) -> Estimate:
     """The first evaluation step from which a split pair's bias stays established (see the module docstring).
 
@@ -484,22 +512,15 @@ def tau_bias(steps: Sequence[float], bias_lo: Sequence[float | None]) -> Estimat
     ``bias_lo``: the lower end of the 95% bootstrap interval of the bias (the mean log ratio of the distances to
     the other and to the own train set, no unit) at each of them, None where not recorded.
     """
-    s = _check_steps(steps)
-    lo = _as_float_array(bias_lo, s.size, "bias_lo")
-    keep = np.isfinite(lo)
-    if not keep.any():
-        return Estimate(None, None, None, False, "no paired evaluation recorded")
-    s, lo = s[keep], lo[keep]
-    rule = ("first evaluation from which bias_lo > 0 at it and at every later evaluation; tau_bias = log-time "
-            "midpoint of it and the evaluation before, interval = those two steps")
-    not_above = np.flatnonzero(lo <= 0)
-    b = int(not_above[-1]) + 1 if not_above.size else 0  # the first evaluation of the final run above 0
-    bound = bound_at_an_end(s, b if b < s.size else None, rule, never="bias not established at the last evaluation",
-                            already="bias established from the first evaluation on")
-    if bound is not None:
-        return bound
-    value = _log_between(float(s[b - 1]), float(s[b]), 0.5)
-    return Estimate(value, float(s[b - 1]), float(s[b]), False, rule)
+    return stays_above(steps, bias_lo, 0.0, "bias")
+
+
+def tau_auc(steps: Sequence[float], auc_lo: Sequence[float | None]) -> Estimate:
+    """The first evaluation step from which the membership AUC's 95 % interval stays above 0.5 (module docstring):
+    the per-image losses tell training images from held-out ones from then on. ``auc_lo``: the lower end of DeLong's
+    interval per evaluation (metrics.jsonl ``membership_auc_lo``, or one level's ``auc_lo``), None where not
+    recorded."""
+    return stays_above(steps, auc_lo, 0.5, "auc")
 
 
 def tau_bias_level(steps: Sequence[float], bias: Sequence[float | None], bias_lo: Sequence[float | None],
@@ -547,7 +568,7 @@ def evaluation_bracket(records: Sequence[dict[str, Any]], estimate: Estimate,
 
 def estimate_run(records: Sequence[dict[str, Any]],
                  mem_levels: Sequence[float] = (0.01, 0.1)) -> dict[str, Estimate]:
-    """tau_mem, tau_gen and tau_gap of one run from its metrics.jsonl records (one per step, sorted by step), and for
+    """tau_mem, tau_gen, tau_gap and tau_auc (from ``membership_auc_lo``) of one run from its metrics.jsonl records (one per step, sorted by step), and for
     each fraction L of ``mem_levels`` (``eval.mem_levels``) the level crossing ``tau_mem_at_{L:g}``
     (:func:`tau_mem_level`; e.g. keys "tau_mem_at_0.01", "tau_mem_at_0.1"): the one place where the columns meet the
     estimators, for the analysis, the training loop's stop rule and refinement. Values in optimizer steps."""
@@ -561,6 +582,7 @@ def estimate_run(records: Sequence[dict[str, Any]],
         "tau_mem": tau_mem(steps, col("f_mem"), col("f_mem_lo"), col("f_mem_hi"), n_samples=counts),
         "tau_gen": tau_gen(steps, col("fid"), se=[quality_se(r) for r in records]),
         "tau_gap": tau_gap(steps, col("train_loss"), col("test_loss")),
+        "tau_auc": tau_auc(steps, col("membership_auc_lo")),
     }
     for level in mem_levels:
         out[f"tau_mem_at_{level:g}"] = tau_mem_level(steps, col("f_mem"), col("f_mem_lo"), col("f_mem_hi"), level,

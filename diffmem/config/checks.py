@@ -315,3 +315,6 @@ def _validate_eval(e: EvalConfig, cfg: RunSections) -> None:
         raise ConfigError(f"eval.mem_threshold = {e.mem_threshold} must be in (0, 1]")
     if e.loss_t <= 0:
         raise ConfigError(f"eval.loss_t = {e.loss_t} must be > 0 (a diffusion time, paper: 0.01)")
+    if any(not v > 0.0 for v in e.loss_ts) or any(b <= a for a, b in zip(e.loss_ts, e.loss_ts[1:])):
+        raise ConfigError(f"eval.loss_ts = {list(e.loss_ts)} must be increasing diffusion times > 0, e.g. "
+                          "[0.01, 0.1, 1.0], or [] to measure the loss at eval.loss_t only")

@@ -60,7 +60,8 @@ LEGACY_VALUES: dict[str, dict[str, Any]] = {
     "diffusion": {"t_min": 0},
     "train": {"precision": "fp32", "channels_last": False, "compile": False},
     "eval": {"sampler_schedule": "diffusers", "fid_reference_sets": 1, "fid_boot": 0, "checkpoint_ratio": 0.0,
-             "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0, "fid_clip_sample": None},
+             "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0, "fid_clip_sample": None,
+             "loss_ts": []},
 }
 
 

@@ -105,6 +105,8 @@ class EvalConfig:
     loss_t: float = 0.01  # diffusion time of the train/test loss gap (the DDPM step with alpha_bar closest to e^-2t)
     loss_noise_draws: int = 5
     loss_n_test: int = 2048  # held-out images for the test loss
+    loss_ts: tuple[float, ...] = (0.01, 0.025, 0.063, 0.16, 0.4, 1.0)  # diffusion times of the per-level train and
+    #   test losses, their gap's interval and the membership AUC (log-spaced 0.01 .. 1); increasing, > 0; [] off
     fid: bool = True
     fid_extractor: str = "auto"  # "auto" | "inception" | the offline extractor's name
     fid_n_reference: int = 10000  # held-out images per FID reference set (at most n_heldout // fid_reference_sets)

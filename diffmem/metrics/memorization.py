@@ -245,3 +245,32 @@ def memorized_fraction(
         threshold=float(threshold),
         n=int(ratios.shape[0]),
     )
+
+
+@dataclass(frozen=True)
+class CopyCounts:
+    """Which training images one evaluation's samples landed on, as sparse counts (indices into the train set).
+
+    nearest_idx, nearest_n: the training images that are some sample's nearest image, in increasing index, and how
+    many samples each is nearest to (the counts sum to the number of samples).
+    copied_idx, copied_n: the training images that some memorized sample (d1/d2 < threshold) copies, in increasing
+    index, and how many samples copy each (a copied image is always among the nearest ones, with copied_n <=
+    nearest_n).
+    """
+
+    nearest_idx: list[int]
+    nearest_n: list[int]
+    copied_idx: list[int]
+    copied_n: list[int]
+
+
+def copy_counts(result: MemorizationResult) -> CopyCounts:
+    """The per-training-image counts of ``result`` (:func:`memorized_fraction`): which images are nearest to the
+    samples and which are copied, each with its number of samples."""
+    def sparse(indices: torch.Tensor) -> tuple[list[int], list[int]]:
+        idx, counts = torch.unique(indices, sorted=True, return_counts=True)
+        return [int(i) for i in idx], [int(c) for c in counts]
+
+    nearest_idx, nearest_n = sparse(result.idx1)
+    copied_idx, copied_n = sparse(result.idx1[result.memorized])
+    return CopyCounts(nearest_idx, nearest_n, copied_idx, copied_n)

@@ -16,7 +16,7 @@ from typing import Any
 
 from diffmem import __version__
 from diffmem.config import SECTIONS, ConfigError, RunConfig, config_from_dict
-from diffmem.rundir.records import metrics_lines
+from diffmem.rundir.records import copies_lines, metrics_lines
 from diffmem.eval_grid import evaluation_steps
 
 PAIRS_FILE = "pairs.jsonl"  # <experiment>/pairs.jsonl: one line per (split pair, step), `diffmem pairs`, appended
@@ -163,6 +163,11 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     @property
+    def copies_path(self) -> Path:
+        """copies.jsonl: one line per evaluation, which training images its samples landed on and copied."""
+        return self.path / "copies.jsonl"
+
+    @property
     def samples_dir(self) -> Path:
         return self.path / "samples"
 
@@ -198,6 +203,16 @@ class RunDir:
         budget = stored.config.train.steps if stored else None
         samples = stored.config.eval.n_samples if stored else None
         return [record for _, record in metrics_lines(self.metrics_path, budget, samples)]
+
+    def copies(self) -> list[dict[str, Any]]:
+        """The records of copies.jsonl in file order ([] for a folder written before it), each validated against
+        this run's config.json (budget, N, eval.n_samples; :func:`diffmem.rundir.records.copies_lines`): a bad line
+        is a one-line RecordError."""
+        stored = self.read_config() if self.config_path.exists() else None
+        if stored is None:
+            return [record for _, record in copies_lines(self.copies_path)]
+        cfg = stored.config
+        return [record for _, record in copies_lines(self.copies_path, cfg.train.steps, cfg.data.n, cfg.eval.n_samples)]
 
     def evaluated_steps(self) -> set[int]:
         return {r["step"] for r in self.metrics()}

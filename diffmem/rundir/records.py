@@ -1,11 +1,16 @@
-"""The records of the append-only files, validated as they are read: ``<run>/metrics.jsonl`` (one line per evaluation)
-and ``<experiment>/pairs.jsonl`` (one line per split pair and step).
+"""The records of the append-only files, validated as they are read: ``<run>/metrics.jsonl`` (one line per evaluation),
+``<run>/copies.jsonl`` (one line per evaluation: which training images its samples copied) and
+``<experiment>/pairs.jsonl`` (one line per split pair and step).
 
 A folder may come from someone else or be damaged, so every recorded line (:func:`diffmem.io.read_jsonl_numbered`:
 a last line without its newline is not recorded) is checked before anything uses it: a JSON object; ``step`` an
 integer with 0 <= step <= the run's budget (``train.steps``, optimizer steps); every number finite (no NaN or
 infinity, in lists too); the measures numbers or null, fractions in [0, 1]; ``n_samples`` an integer of at least
-the run's ``eval.n_samples`` (an evaluation never draws fewer); a pairs line's ids strings and N, W, seed integers.
+the run's ``eval.n_samples`` (an evaluation never draws fewer); the per-level lists of a metrics line (``loss_ts``
+and the lists beside it) lists of numbers as long as ``loss_ts``, the AUCs in [0, 1]; a copies line's index lists
+increasing, inside the train set, their counts positive and summing to at most its ``n_samples`` (the nearest
+counts to exactly that), no image copied by more samples than it is nearest to; a pairs line's ids strings and N,
+W, seed integers.
 A bad line is never used and never skipped silently: it is a one-line :class:`RecordError` naming the file, the
 line and what is wrong, and saying what to do (the command stops with exit code 2 and changes nothing).
 """
@@ -18,13 +23,18 @@ from typing import Any, Callable
 from diffmem.io import read_jsonl_numbered
 
 METRICS_NUMBERS = ("f_mem", "f_mem_lo", "f_mem_hi", "mem_threshold", "fid", "fid_std", "fid_boot_std", "train_loss",
-                   "test_loss", "loss_t", "images_seen", "train_s", "wall_s", "sample_s", "nn_s", "fid_s", "loss_s")
+                   "test_loss", "loss_t", "images_seen", "train_s", "wall_s", "sample_s", "nn_s", "fid_s", "loss_s",
+                   "membership_auc", "membership_auc_lo", "membership_auc_hi", "membership_s")
 """Keys of a metrics.jsonl line that hold a number or null."""
+LEVEL_LISTS = ("loss_steps", "train_losses", "test_losses", "loss_gap_lo", "loss_gap_hi", "auc", "auc_lo", "auc_hi")
+"""Keys of a metrics.jsonl line that hold one number per noise level of its ``loss_ts`` (absent or null: none)."""
+COPIES_LISTS = (("nearest_idx", "nearest_n"), ("copied_idx", "copied_n"))
+"""The (indices, counts) list pairs of a copies.jsonl line."""
 PAIRS_NUMBERS = ("bias", "bias_lo", "bias_hi", "pair_distance", "pair_distance_lo", "pair_distance_hi",
                  "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a", "f_mem_b", "wall_s")
 """Keys of a pairs.jsonl line that hold a number or null."""
 FRACTIONS = ("f_mem", "f_mem_lo", "f_mem_hi", "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a",
-             "f_mem_b")
+             "f_mem_b", "membership_auc", "membership_auc_lo", "membership_auc_hi", "auc", "auc_lo", "auc_hi")
 """Keys that hold a fraction in [0, 1] (or null)."""
 
 
@@ -82,12 +92,66 @@ def record_problem(record: Any, *, budget: int | None = None, min_samples: int |
             return f"'{key}' is {value!r}, not a number or null"
         if key in FRACTIONS and value is not None and not 0 <= value <= 1:
             return f"'{key}' is {value}, outside [0, 1]"
+    if (problem := _levels_problem(record)) is not None:
+        return problem
     samples = record.get("n_samples")
     if samples is not None and (not is_int(samples) or samples < 1):
         return f"'n_samples' is {samples!r}, not a positive integer"
     if samples is not None and min_samples is not None and samples < min_samples:
         return (f"'n_samples' is {samples}, fewer than the run's eval.n_samples = {min_samples} (an evaluation never "
                 "draws fewer): a line of another run")
+    return None
+
+
+def _levels_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the per-level lists of a metrics line (``loss_ts`` and :data:`LEVEL_LISTS`), or None."""
+    levels = record.get("loss_ts")
+    if levels is None:
+        given = [k for k in LEVEL_LISTS if record.get(k) is not None]
+        return f"'{given[0]}' is given without 'loss_ts'" if given else None
+    if not isinstance(levels, list) or not levels or not all(is_number(v) and v > 0 for v in levels):
+        return f"'loss_ts' is {levels!r}, not a list of diffusion times > 0"
+    for key in LEVEL_LISTS:
+        value = record.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or len(value) != len(levels) or not all(is_number(v) for v in value):
+            return f"'{key}' is {value!r}, not a list of {len(levels)} numbers (one per 'loss_ts' level)"
+        if key in FRACTIONS and not all(0 <= v <= 1 for v in value):
+            return f"'{key}' holds a value outside [0, 1]"
+    n = record.get("membership_n")
+    if n is not None and (not is_int(n) or n < 1):
+        return f"'membership_n' is {n!r}, not a positive integer"
+    return None
+
+
+def copies_problem(record: Any, *, budget: int | None = None, n_train: int | None = None,
+                   min_samples: int | None = None) -> str | None:
+    """What is wrong with one copies.jsonl line (a phrase naming the key), None when it can be used; ``n_train``:
+    the run's train-set size N (None: not checked)."""
+    problem = record_problem(record, budget=budget, min_samples=min_samples, numbers=("mem_threshold",),
+                             ints=("n_samples", "n_train"))
+    if problem is not None:
+        return problem
+    if n_train is not None and record["n_train"] != n_train:
+        return f"'n_train' is {record['n_train']}, not the run's N = {n_train}: a line of another run"
+    counted = {}
+    for idx_key, n_key in COPIES_LISTS:
+        idx, counts = record.get(idx_key), record.get(n_key)
+        for key, value in ((idx_key, idx), (n_key, counts)):
+            if not isinstance(value, list) or not all(is_int(v) for v in value):
+                return f"'{key}' is not a list of integers"
+        if len(idx) != len(counts):
+            return f"'{idx_key}' and '{n_key}' differ in length ({len(idx)} and {len(counts)})"
+        if any(b <= a for a, b in zip(idx, idx[1:])) or (idx and (idx[0] < 0 or idx[-1] >= record["n_train"])):
+            return f"'{idx_key}' is not increasing indices in [0, n_train = {record['n_train']})"
+        if any(c < 1 for c in counts):
+            return f"'{n_key}' holds a count below 1"
+        counted[n_key] = dict(zip(idx, counts))
+    if sum(counted["nearest_n"].values()) != record["n_samples"]:
+        return f"'nearest_n' sums to {sum(counted['nearest_n'].values())}, not n_samples = {record['n_samples']}"
+    if any(c > counted["nearest_n"].get(i, 0) for i, c in counted["copied_n"].items()):
+        return "an image of 'copied_idx' is copied by more samples than it is nearest to"
     return None
 
 
@@ -113,6 +177,16 @@ def metrics_lines(path: str | Path, budget: int | None = None,
     (:func:`record_problem`); [] when the file is missing. Raises :class:`RecordError` for the first bad line."""
     path = Path(path)
     return validated_lines(path, lambda r: record_problem(r, budget=budget, min_samples=min_samples),
+                           f"`diffmem evaluate {path.parent}` evaluates a checkpoint's step again")
+
+
+def copies_lines(path: str | Path, budget: int | None = None, n_train: int | None = None,
+                 min_samples: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every line of a run's copies.jsonl, in file order, each validated
+    (:func:`copies_problem`); [] when the file is missing (a folder written before it). Raises :class:`RecordError`
+    for the first bad line."""
+    path = Path(path)
+    return validated_lines(path, lambda r: copies_problem(r, budget=budget, n_train=n_train, min_samples=min_samples),
                            f"`diffmem evaluate {path.parent}` evaluates a checkpoint's step again")
 
 
