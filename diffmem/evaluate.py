@@ -27,7 +27,7 @@ from diffmem.diffusion import Diffusion
 from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.fid import fid_sets, make_reference_key
 from diffmem.metrics.losses import level_gaps, loss_gap, per_image_losses
-from diffmem.metrics.membership import combined_score, delong_auc
+from diffmem.metrics.membership import membership_aucs
 from diffmem.metrics.memorization import copy_counts, memorized_fraction
 from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
@@ -246,10 +246,7 @@ class Evaluator:
         train = per_image_losses(model, self.diffusion, self.train_x, self.loss_steps, e.loss_noise_draws, e.seed)
         test = per_image_losses(model, self.diffusion, self.test_x, self.loss_steps, e.loss_noise_draws, e.seed)
         gaps = level_gaps(train, test)
-        m = min(train.shape[1], test.shape[1])
-        members, others = train[:, :m].numpy(), test[:, :m].numpy()
-        aucs = [delong_auc(-members[k], -others[k]) for k in range(len(self.loss_steps))]
-        combined = delong_auc(*combined_score(members, others))
+        aucs, combined = membership_aucs(train.numpy(), test.numpy())
         return {
             "loss_ts": list(e.loss_ts),
             "loss_steps": self.loss_steps,
@@ -257,7 +254,7 @@ class Evaluator:
             "test_losses": [g.test for g in gaps],
             "loss_gap_lo": [g.gap_lo for g in gaps],
             "loss_gap_hi": [g.gap_hi for g in gaps],
-            "membership_n": m,
+            "membership_n": combined.m,
             "auc": [a.auc for a in aucs],
             "auc_lo": [a.lo for a in aucs],
             "auc_hi": [a.hi for a in aucs],

@@ -21,14 +21,29 @@ Loss gap (no sampling needed, an earlier and cheaper signal)::
 
 ``should_stop`` is True once the gap has opened by the rule of :func:`diffmem.analysis.timescales.tau_gap` and a
 later evaluation confirmed it.
+
+Membership AUC (no sampling either: one denoiser pass per image and noise level and draw)::
+
+    membership = MembershipMonitor(train_images, heldout_images, diffusion, lag=None)
+    reading = membership.update(step, model)  # model: the U-Net being trained (called as model(x_t, t).sample)
+
+``should_stop`` is True once tau_auc is established: the lower end of the 95 % DeLong interval of the membership AUC
+(the levels combined, as in metrics.jsonl's ``membership_auc_lo``) is above 0.5 at this update and at the previous
+one; with ``lag`` (the calibration's lag ratio tau_mem / tau_auc, from ``diffmem analyze``) it waits further, until
+the step ``lag x tau_auc`` at which memorization is predicted.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
-from diffmem.analysis.timescales import Estimate, tau_gap
+from diffmem.analysis.timescales import Estimate, tau_auc, tau_gap
+from diffmem.config import EvalConfig
+from diffmem.diffusion import Diffusion
+from diffmem.metrics.losses import per_image_losses
+from diffmem.metrics.membership import membership_aucs
 from diffmem.metrics.memorization import DEFAULT_THRESHOLD, memorized_fraction
 
 
@@ -132,3 +147,90 @@ class LossGapMonitor:
             reason = "the loss gap is within its noise band"
         return GapReading(int(step), float(train_loss), float(test_loss), float(test_loss - train_loss), estimate,
                           confirmed, reason)
+
+
+@dataclass(frozen=True)
+class MembershipReading:
+    """The membership AUC at one step (a probability in [0, 1]) with its 95 % DeLong interval, tau_auc from the
+    updates so far, and the stop decision.
+
+    ``stop_step`` (optimizer steps): None until tau_auc is established; then tau_auc's value without a lag, or
+    ``lag x tau_auc`` (the predicted memorization step) with one. ``should_stop``: established and ``step >=
+    stop_step``."""
+
+    step: int
+    auc: float
+    lo: float
+    hi: float
+    tau_auc: Estimate
+    stop_step: float | None
+    should_stop: bool
+    reason: str
+
+
+class MembershipMonitor:
+    """Membership AUC of the per-image denoising losses (train against held-out images), evaluated when you call
+    :meth:`update`: the evaluation's measure (metrics.jsonl ``membership_auc``) without drawing a sample.
+
+    Args:
+        train_images, heldout_images: (N, C, S, S) and (n, C, S, S) tensors in the model's centered pixel units, on
+            the model's device; the first ``m = min(N, n)`` of each are compared (m >= 2).
+        diffusion: the run's :class:`~diffmem.diffusion.Diffusion` (its noise schedule).
+        loss_ts: the diffusion times of the noise levels (the evaluation's ``eval.loss_ts`` by default).
+        draws, seed: noise draws averaged per image and level, and their seed (the same noise at every update).
+        lag: None, or the calibration's lag ratio tau_mem / tau_auc (``diffmem analyze``'s calibration): stop at the
+            step ``lag x tau_auc`` where memorization is predicted instead of as soon as tau_auc is established.
+    Cost of one update: ``2 m x len(loss_ts) x draws`` denoiser calls (images), against thousands of network calls
+    per sample for f_mem.
+    """
+
+    def __init__(self, train_images: torch.Tensor, heldout_images: torch.Tensor, diffusion: Diffusion,
+                 loss_ts: Sequence[float] = EvalConfig.loss_ts, draws: int = 5, seed: int = 0,
+                 lag: float | None = None):
+        for name, images in (("train_images", train_images), ("heldout_images", heldout_images)):
+            if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[0] < 2:
+                raise MonitorError(f"{name} must be a tensor of shape (N, C, S, S) with at least 2 images")
+        if not loss_ts or any(not t > 0 for t in loss_ts):
+            raise MonitorError(f"loss_ts = {list(loss_ts)} must hold at least one diffusion time > 0, e.g. (0.01,)")
+        if draws < 1:
+            raise MonitorError(f"draws = {draws} must be at least 1")
+        if lag is not None and not lag > 0:
+            raise MonitorError(f"lag = {lag} must be a positive ratio tau_mem / tau_auc (or None: stop at tau_auc)")
+        m = min(len(train_images), len(heldout_images))
+        self.train_images, self.heldout_images = train_images[:m], heldout_images[:m]
+        self.diffusion, self.draws, self.seed, self.lag = diffusion, draws, seed, lag
+        self.steps = [diffusion.step_for_time(t) for t in loss_ts]
+        self.history: list[MembershipReading] = []
+
+    @property
+    def first_stop_step(self) -> int | None:
+        """The first step whose reading said stop, or None."""
+        return next((r.step for r in self.history if r.should_stop), None)
+
+    def update(self, step: int, model: torch.nn.Module) -> MembershipReading:
+        """Measure the membership AUC of ``model`` (the weights at optimizer step ``step``) and decide whether to
+        stop; the model's train/eval mode is given back."""
+        if self.history and step <= self.history[-1].step:
+            raise MonitorError(f"step {step} is not after the previous update's step {self.history[-1].step}")
+        train, heldout = (per_image_losses(model, self.diffusion, x, self.steps, self.draws, self.seed)
+                          for x in (self.train_images, self.heldout_images))
+        _, auc = membership_aucs(train.numpy(), heldout.numpy())
+        lows = [r.lo for r in self.history] + [auc.lo]
+        estimate = tau_auc([r.step for r in self.history] + [int(step)], lows)
+        established = len(lows) >= 2 and min(lows[-2:]) > 0.5
+        stop_step = None
+        if not established:
+            reason = (f"AUC {auc.auc:.3f} [{auc.lo:.3f}, {auc.hi:.3f}]: tau_auc not established (the lower end is not "
+                      "above 0.5 at this and the previous update)")
+        elif self.lag is None:
+            stop_step = float(estimate.value)
+            reason = (f"AUC {auc.auc:.3f} [{auc.lo:.3f}, {auc.hi:.3f}]: tau_auc established at about step "
+                      f"{stop_step:.4g}; the losses tell training images from held-out ones: stop (or watch f_mem)")
+        else:
+            stop_step = self.lag * float(estimate.value)
+            reason = (f"AUC {auc.auc:.3f} [{auc.lo:.3f}, {auc.hi:.3f}]: tau_auc established at about step "
+                      f"{estimate.value:.4g}; predicted memorization step lag x tau_auc = {stop_step:.4g}")
+        reading = MembershipReading(int(step), auc.auc, auc.lo, auc.hi, estimate, stop_step,
+                                    stop_step is not None and step >= stop_step, reason)
+        self.history.append(reading)
+        return reading
