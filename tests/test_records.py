@@ -176,6 +176,7 @@ DAMAGES = {
     "no step": (lambda r: {k: v for k, v in r.items() if k != "step"}, "it has no 'step'"),
     "fewer samples": (lambda r: r | {"n_samples": 10}, "'n_samples' is 10, fewer than the run's eval.n_samples = 256"),
     "not an object": (lambda r: [r["step"]], "it is list JSON, not an object"),
+    "a level's AUC above 1": (lambda r: r | {"loss_ts": [0.01], "auc": [1.5]}, "'auc' holds a value outside [0, 1]"),
 }
 
 
@@ -201,6 +202,46 @@ def test_a_bad_metrics_line_stops_analyze_and_status_naming_its_file_and_line(tm
         assert f"{planted[0].path / 'metrics.jsonl'} line 5: {says}" in line, line
         assert "correct that line or move it out of the file" in line
         assert snapshot(exp) == before
+
+
+LEVELS = {"loss_ts": [0.01, 0.4], "loss_steps": [40, 551], "train_losses": [0.2, 0.5], "test_losses": [0.3, 0.5],
+          "loss_gap_lo": [0.05, -0.01], "loss_gap_hi": [0.15, 0.01], "membership_n": 128, "auc": [0.9, 0.5],
+          "auc_lo": [0.85, 0.43], "auc_hi": [0.95, 0.57], "membership_auc": 0.8, "membership_auc_lo": 0.75,
+          "membership_auc_hi": 0.85, "membership_s": 0.4}
+"""The per-level keys of an evaluation at two noise levels (eval.loss_ts = [0.01, 0.4]), as the evaluation writes."""
+LEVEL_DAMAGES = {
+    "a list shorter than loss_ts": (lambda r: r | LEVELS | {"auc": [0.9]},
+                                    "'auc' is [0.9], not a list of 2 numbers (one per 'loss_ts' level)"),
+    "a list longer than loss_ts": (lambda r: r | LEVELS | {"train_losses": [0.2, 0.5, 0.7]},
+                                   "'train_losses' is [0.2, 0.5, 0.7], not a list of 2 numbers"),
+    "a level's AUC above 1": (lambda r: r | LEVELS | {"auc_hi": [1.2, 0.57]}, "'auc_hi' holds a value outside [0, 1]"),
+    "the combined AUC above 1": (lambda r: r | LEVELS | {"membership_auc": 1.5},
+                                 "'membership_auc' is 1.5, outside [0, 1]"),
+    "a text in a list": (lambda r: r | LEVELS | {"loss_gap_lo": ["x", 0.1]}, "'loss_gap_lo' is ['x', 0.1], not a list"),
+    "a NaN in a list": (lambda r: r | LEVELS | {"test_losses": [math.nan, 0.5]}, "'test_losses[0]' is not a finite number"),
+    "lists without loss_ts": (lambda r: r | {"auc": [0.5]}, "'auc' is given without 'loss_ts'"),
+    "a zero diffusion time": (lambda r: r | LEVELS | {"loss_ts": [0.0, 0.4]}, "'loss_ts' is [0.0, 0.4], not a list"),
+    "membership_n zero": (lambda r: r | LEVELS | {"membership_n": 0}, "'membership_n' is 0, not a positive integer"),
+}
+
+
+def test_a_metrics_line_with_its_levels_is_read_as_written(tmp_path):
+    run = RunDir(tmp_path / "run")
+    small_run(run.path)
+    damage_line(run.path, 3, lambda r: r | LEVELS)
+    assert {k: run.metrics()[2][k] for k in LEVELS} == LEVELS
+
+
+@pytest.mark.parametrize("name", sorted(LEVEL_DAMAGES))
+def test_a_metrics_line_with_bad_levels_is_one_record_error(tmp_path, name):
+    run = RunDir(tmp_path / "run")
+    small_run(run.path)
+    damage, says = LEVEL_DAMAGES[name]
+    damage_line(run.path, 3, damage)
+    with pytest.raises(RecordError) as refused:
+        run.metrics()
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and f"metrics.jsonl line 3: {says}" in message, message
 
 
 def test_the_run_folder_reader_validates_too(tmp_path):
