@@ -38,7 +38,8 @@ from diffmem.eval_grid import evaluation_steps  # noqa: E402
 from diffmem.rundir import RunDir  # noqa: E402
 from diffmem.tensorboard import live  # noqa: E402
 from diffmem.tensorboard.eventdir import EventDir, event_files  # noqa: E402
-from diffmem.tensorboard.points import TIMESCALES_TAG, pair_points, run_points, scalar  # noqa: E402
+from diffmem.tensorboard.points import (TIMESCALES_TAG, evaluation_points, pair_points, run_points,  # noqa: E402
+                                        scalar)
 from diffmem.tensorboard.rebuild import write_tensorboard  # noqa: E402
 from diffmem.train import train  # noqa: E402
 from tiny_runs import tiny_config  # noqa: E402
@@ -142,6 +143,19 @@ def test_points_out_of_step_order_or_changed_are_shown_once_per_step_in_order(tm
     assert again.append(scalar("training/loss", 17, 0.5))
     again.close()
     assert [s for s, _ in scalar_series(accumulate(folder), "training/loss")] == list(range(1, 18))
+
+
+def test_an_evaluation_with_noise_levels_gets_a_gap_and_an_auc_per_level_and_the_combined_auc():
+    record = {"step": 7, "f_mem": 0.0, "loss_ts": [0.01, 0.4], "train_losses": [0.2, 0.5], "test_losses": [0.35, 0.5],
+              "auc": [0.9, 0.5], "membership_auc": 0.8, "membership_auc_lo": 0.7, "membership_auc_hi": 0.9}
+    points = {p.value.tag: (p.step, p.value.simple_value) for p in evaluation_points(record)}
+    expected = {"membership_auc/combined": 0.8, "membership_auc/combined_lo": 0.7, "membership_auc/combined_hi": 0.9,
+                "membership_auc/t=0.01": 0.9, "membership_auc/t=0.4": 0.5, "loss_gap/t=0.01": 0.15,
+                "loss_gap/t=0.4": 0.0, "memorization/f_mem": 0.0}
+    assert set(points) == set(expected) and all(points[tag][0] == 7 for tag in points)
+    assert all(close(points[tag][1], value) for tag, value in expected.items()), points
+    older = {p.value.tag for p in evaluation_points({"step": 7, "f_mem": 0.0})}  # a folder written before the levels
+    assert older == {"memorization/f_mem"}
 
 
 # --- diffmem tensorboard EXP -----------------------------------------------------------------------------------------
@@ -250,8 +264,11 @@ def test_a_run_killed_and_resumed_from_an_older_state_shows_every_step_once(tmp_
     assert [s for s, _ in scalar_series(acc, "memorization/f_mem")] == steps == [r["step"] for r in records]
     assert set(acc.Tags()["scalars"]) >= EVALUATION_TAGS | {"training/loss"}
     for tag, key in (("memorization/f_mem", "f_mem"), ("memorization/f_mem_lo", "f_mem_lo"),
-                     ("loss_gap/train_loss", "train_loss"), ("loss_gap/test_loss", "test_loss")):
+                     ("loss_gap/train_loss", "train_loss"), ("loss_gap/test_loss", "test_loss"),
+                     ("membership_auc/combined", "membership_auc")):
         assert all(close(v, r[key]) for (_, v), r in zip(scalar_series(acc, tag), records)), tag
+    assert all(close(v, r["test_losses"][0] - r["train_losses"][0])
+               for (_, v), r in zip(scalar_series(acc, "loss_gap/t=0.01"), records))
     assert [i.step for i in acc.Images("samples/grid")] == steps
     loss_steps = [s for s, _ in scalar_series(acc, "training/loss")]  # checked at each evaluation and every 100
     assert set(steps) <= set(loss_steps) and loss_steps[-1] == cfg.train.steps

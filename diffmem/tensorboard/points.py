@@ -8,7 +8,10 @@ Tags of a run (one TensorBoard run per run folder):
 * ``quality/FID`` (or ``quality/FD (<extractor>)``, named as in the figures by :func:`diffmem.metrics.fid.metric_label`)
   and ``quality/FID standard error`` (:func:`diffmem.analysis.timescales.quality_se`);
 * ``loss_gap/train_loss``, ``loss_gap/test_loss``, ``loss_gap/gap`` (test - train) at the fixed diffusion time
-  ``eval.loss_t``;
+  ``eval.loss_t``, and ``loss_gap/t=<t>`` (test - train) at each diffusion time ``t`` of ``eval.loss_ts`` (written
+  ``%g``: ``loss_gap/t=0.01``);
+* ``membership_auc/combined``, ``membership_auc/combined_lo``, ``membership_auc/combined_hi``: the membership AUC
+  of the levels combined and its 95 % DeLong interval, and ``membership_auc/t=<t>`` the AUC at each level;
 * ``training/images_per_second``: images seen / training seconds (evaluations excluded) up to that evaluation;
 * ``training/loss``: the mean training loss since the previous check (every 100 steps and at each evaluation), only
   written live by ``diffmem train`` (the run folder does not keep it);
@@ -95,8 +98,27 @@ def evaluation_points(record: dict[str, Any]) -> list[Point]:
               scalar("loss_gap/train_loss", step, train),
               scalar("loss_gap/test_loss", step, test),
               scalar("loss_gap/gap", step, gap),
-              scalar("training/images_per_second", step, speed)]
+              scalar("training/images_per_second", step, speed),
+              scalar("membership_auc/combined", step, record.get("membership_auc")),
+              scalar("membership_auc/combined_lo", step, record.get("membership_auc_lo")),
+              scalar("membership_auc/combined_hi", step, record.get("membership_auc_hi"))]
+    points += level_points(record)
     return [p for p in points if p is not None]
+
+
+def level_points(record: dict[str, Any]) -> list[Point | None]:
+    """The per-level scalars of one metrics.jsonl record (its ``loss_ts``): the gap test - train and the AUC at each
+    diffusion time, as ``loss_gap/t=<t>`` and ``membership_auc/t=<t>``; [] for a record without levels."""
+    levels = record.get("loss_ts") or []
+    step, train, test, auc = (int(record["step"]), record.get("train_losses"), record.get("test_losses"),
+                              record.get("auc"))
+    points = []
+    for k, t in enumerate(levels):
+        if train is not None and test is not None:
+            points.append(scalar(f"loss_gap/t={t:g}", step, test[k] - train[k]))
+        if auc is not None:
+            points.append(scalar(f"membership_auc/t={t:g}", step, auc[k]))
+    return points
 
 
 def hyperparameter_point(run: RunDir) -> Point | None:
