@@ -66,11 +66,13 @@ def estimate_columns(name: str) -> tuple[str, ...]:
 
 
 SIGNAL_COLUMNS: tuple[str, ...] = (
-    *estimate_columns("tau_auc"), *estimate_columns("tau_gap_first"), "tau_gap_first_t", "membership_n",
+    "tau_gap_lo", "tau_gap_hi", *estimate_columns("tau_auc"), *estimate_columns("tau_gap_first"), "tau_gap_first_t",
+    "membership_n",
     *estimate_columns("gap_lag"), *estimate_columns("gap_first_lag"), *estimate_columns("auc_lag"),
 )
 """summary.csv's columns of the sampling-free signals, after the level columns, written only when some run records
-the keys (empty for the others): ``tau_auc`` (combined AUC) and ``tau_gap_first`` with their intervals,
+the keys (empty for the others): ``tau_gap_lo`` / ``tau_gap_hi`` (the bracket of tau_gap at the run's ``loss_t``,
+whose value and censoring are summary.csv's ``tau_gap`` and ``tau_gap_censored``), ``tau_auc`` (combined AUC) and ``tau_gap_first`` with their intervals,
 ``tau_gap_first_t`` (its diffusion time), ``membership_n`` (images per group of the AUC), and the lags against the
 onset tau_mem, ``gap_lag`` = tau_mem / tau_gap, ``gap_first_lag`` = tau_mem / tau_gap_first, ``auc_lag`` = tau_mem /
 tau_auc, each with its interval and whether it is censored (module docstring). The lags against the level crossings
@@ -124,6 +126,7 @@ class RunSignals:
     first_t: float | None
     lags: dict[str, Estimate] = field(default_factory=dict)
     membership_n: int | None = None
+    tau_gap: Estimate | None = None  # tau_gap at the run's loss_t (estimate_run's), for its bracket's columns
 
     def estimates(self) -> dict[str, Estimate]:
         """Every timescale and lag by name (what the laws fit)."""
@@ -132,6 +135,8 @@ class RunSignals:
     def row(self) -> dict[str, Any]:
         """The :data:`SIGNAL_COLUMNS` cells of the run's summary.csv row."""
         cells: dict[str, Any] = {"tau_gap_first_t": self.first_t, "membership_n": self.membership_n}
+        if self.tau_gap is not None:
+            cells |= {"tau_gap_lo": self.tau_gap.lo, "tau_gap_hi": self.tau_gap.hi}
         for name, est in self.estimates().items():
             if name in SIGNAL_COLUMNS:
                 cells |= dict(zip(estimate_columns(name), (est.value, est.lo, est.hi, est.censored)))
@@ -233,7 +238,7 @@ def run_signals(evaluations: Sequence[Mapping[str, Any]], estimates: Mapping[str
     lags = {lag_name(s, r): lag(estimates[r], est) for s, est in signals.items() for r in references
             if r in estimates}
     n = next((e["membership_n"] for e in reversed(evaluations) if e.get("membership_n") is not None), None)
-    return RunSignals(levels, auc, first, first_t, lags, n)
+    return RunSignals(levels, auc, first, first_t, lags, n, signals["tau_gap"])
 
 
 def signal_estimate(signals: RunSignals | None, quantity: str) -> Estimate | None:
