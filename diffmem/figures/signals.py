@@ -150,7 +150,7 @@ def plot_auc(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
         ax.set_xscale("log")
         ax.set_xlabel("training step")
         ax.set_title(f"N = {n}")
-    axes[0].set_ylabel("membership AUC (levels combined)")
+    axes[0].set_ylabel("membership AUC")
     extra = [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", label=r"$\tau_\mathrm{auc}$"),
              Line2D([], [], color="0.3", ls="--", label=TAU_MEM)]
     legend_by_n(axes[0], sorted(by_n), colors, extra=extra, loc="upper left", fontsize=6)
