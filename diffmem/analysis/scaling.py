@@ -13,7 +13,9 @@ that agree on the other varied setting, per width for a law in N and per N for a
 all runs) is fitted only when the runs agree on that setting and otherwise says why not (:func:`_law_set`): the joint
 law is the one law over the whole grid. An experiment with split pairs (pairs.jsonl, `diffmem pairs`) adds tau_bias
 per pair (:data:`PAIR_COLUMNS` of summary.csv) and its laws ``tau_bias_vs_n``, ``tau_bias_vs_width`` and
-``tau_bias_vs_n_and_width``, one point per pair.
+``tau_bias_vs_n_and_width``, one point per pair. Runs that record the per-level losses add the sampling-free
+signals (:mod:`diffmem.analysis.signals`: :data:`~diffmem.analysis.signals.SIGNAL_COLUMNS` of summary.csv, the laws
+of tau_gap, tau_gap_first, tau_auc and of their lags to tau_mem, fits.json's ``calibration``).
 """
 from __future__ import annotations
 
