@@ -72,7 +72,8 @@ SIGNAL_COLUMNS: tuple[str, ...] = (
 )
 """summary.csv's columns of the sampling-free signals, after the level columns, written only when some run records
 the keys (empty for the others): ``tau_gap_lo`` / ``tau_gap_hi`` (the bracket of tau_gap at the run's ``loss_t``,
-whose value and censoring are summary.csv's ``tau_gap`` and ``tau_gap_censored``), ``tau_auc`` (combined AUC) and ``tau_gap_first`` with their intervals,
+whose value and censoring are summary.csv's ``tau_gap`` and ``tau_gap_censored``), ``tau_auc`` (combined AUC) and
+``tau_gap_first`` with their intervals,
 ``tau_gap_first_t`` (its diffusion time), ``membership_n`` (images per group of the AUC), and the lags against the
 onset tau_mem, ``gap_lag`` = tau_mem / tau_gap, ``gap_first_lag`` = tau_mem / tau_gap_first, ``auc_lag`` = tau_mem /
 tau_auc, each with its interval and whether it is censored (module docstring). The lags against the level crossings

@@ -85,7 +85,7 @@ def plot_gap_map(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResu
         return FigureResult(name, skipped=f"no run at W = {width} recorded the per-level losses")
     runs = _calibration_runs(data)
     fig, axes = new_figure(len(maps), sharey=True, size=(3.0, 2.6))
-    # the colour range: the 98th percentile of |gap| over the panels, so that a few extreme cells do not wash out the rest
+    # the colour range: the 98th percentile of |gap| over the panels (a few extreme cells do not wash out the rest)
     limit = float(np.nanpercentile(np.abs(np.concatenate([m[3].ravel() for m in maps])), 98)) or 1.0
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit)
     mesh = None
@@ -103,7 +103,8 @@ def plot_gap_map(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResu
         ax.set_title(f"N = {row['n']}, seed {row['seed']}")
     axes[0].set_ylabel("noise level t (diffusion time)")
     fig.colorbar(mesh, ax=axes, label="test / train loss - 1")
-    handles = [Line2D([], [], color="0.15", ls="-", label=TAU_GEN), Line2D([], [], color="0.15", ls="--", label=TAU_MEM),
+    handles = [Line2D([], [], color="0.15", ls="-", label=TAU_GEN),
+               Line2D([], [], color="0.15", ls="--", label=TAU_MEM),
                Line2D([], [], color="black", marker="o", mfc="white", ls="none", label=r"$\tau_\mathrm{gap}(t)$")]
     axes[0].legend(handles=handles, loc="lower left", fontsize=6)
     fig.canvas.draw()
@@ -205,7 +206,8 @@ def plot_calibration(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     ax.set_xlabel(r"$\tau_\mathrm{mem}$ (steps, onset of copies)")
     ax.set_ylabel("sampling-free timescale (steps)")
     extra = [Line2D([], [], color="0.3", marker="o", ls="none", label=r"$\tau_\mathrm{auc}$"),
-             Line2D([], [], color="0.3", marker="s", mfc="white", ls="none", label=r"$\tau_\mathrm{gap}$ (first level)"),
+             Line2D([], [], color="0.3", marker="s", mfc="white", ls="none",
+                    label=r"$\tau_\mathrm{gap}$ (first level)"),
              Line2D([], [], color="0.3", lw=0.9, label="no lag"), Line2D([], [], color="0.3", ls=":", label="lag 10")]
     legend_by_n(ax, sorted(drawn), colors, extra=extra, loc="upper left", fontsize=6)
     fig.canvas.draw()
