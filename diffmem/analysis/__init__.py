@@ -2,6 +2,7 @@
 
 - :mod:`~diffmem.analysis.timescales`: tau_mem, tau_gen, tau_gap of one run (exact rules in its docstring)
 - :mod:`~diffmem.analysis.scaling`: every run -> summary.csv, power-law fits -> fits.json (`diffmem analyze`)
+- :mod:`~diffmem.analysis.signals`: sampling-free signals (tau_gap per noise level, tau_auc) and their lag to tau_mem
 - :mod:`~diffmem.analysis.powerlaw`: the power-law fit with its bootstrap interval; reading fits.json
 - :mod:`~diffmem.analysis.advise`: fitted (or the paper's) laws -> a stopping step for a given (N, W)
 - :mod:`~diffmem.analysis.runfiles`: reading run folders, atomic writes of the analysis files

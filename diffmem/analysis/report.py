@@ -14,6 +14,8 @@ links are relative, so the page works wherever the folder is copied). Sections:
 4. split pairs, only when summary.csv has pair columns (pairs.jsonl, `diffmem pairs`): one row per pair with
    tau_bias and its bracket beside both members' tau_gen and tau_mem and whether tau_bias comes before tau_mem, the
    tau_bias laws of fits.json, the pairs figure;
+   then, only when the runs recorded the per-level losses, the sampling-free signals and their calibration against
+   tau_mem (:mod:`diffmem.analysis.signals_report`);
 5. figures, then 6. galleries: each drawn figure as an image with a link to its PDF;
 7. what the analysis could not resolve: censored timescales (tau_bias included), runs still training, laws not
    fitted with the reason, fitted laws whose goodness of fit flags a problem (no line through every interval, lack
@@ -28,9 +30,11 @@ from typing import Any, Sequence
 
 from diffmem import __version__
 from diffmem.analysis.goodness import GoodnessOfFit
+from diffmem.analysis.markdown import estimate_text, steps_text, table as _table
 from diffmem.analysis.powerlaw import PowerLawFit, load_fits
 from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
 from diffmem.analysis.scaling import level_keys, level_of
+from diffmem.analysis.signals_report import signals_section
 from diffmem.config import EXECUTION_KEYS
 from diffmem.io import atomic_write_text
 
@@ -52,6 +56,12 @@ FIGURE_CAPTIONS = {
     "pairs": "Split pairs: the bias ln(d_other / d_own) (0: no preference), the distance between the two models' "
              "samples from the same noise and the fraction of samples nearer their own train set (0.5: no "
              "preference) against the step; tau_bias, tau_gen and tau_mem marked on each pair's bias curve.",
+    "signals_gap": "The loss gap (test / train loss - 1) over the training step and the noise level t, first seed of "
+                   "each N; tau_gen and tau_mem as vertical lines, each level's tau_gap(t) as a white circle.",
+    "signals_auc": "The membership AUC (noise levels combined) against the step with its 95 % band, each seed of each "
+                   "N; tau_auc as a circle on its curve, tau_mem as a dashed line, 0.5 (chance) dotted.",
+    "signals_calibration": "The sampling-free timescales tau_auc and tau_gap_first against tau_mem per run, with their "
+                           "intervals, on log-log axes; the identity line (no lag) and the lines of constant lag.",
     "gallery": "Generated samples (top rows) above their nearest training images, copies framed in red, before "
                "tau_gen, inside the window and after tau_mem.",
 }
@@ -71,31 +81,6 @@ def _caption(name: str) -> str:
         if name == prefix or name.startswith(prefix + "_"):
             return FIGURE_CAPTIONS[prefix]
     return ""
-
-
-def steps_text(value: float | None) -> str:
-    """A number of steps for the tables: whole steps from 100 on, 3 significant digits below; '-' for none."""
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
-def estimate_text(row: dict[str, Any], key: str) -> str:
-    """``value [lo, hi]`` of a summary.csv timescale; ``> value`` / ``< value`` when censored (a lower / upper
-    bound); '-' when empty."""
-    value = row.get(key)
-    if value is None:
-        return "-"
-    if row.get(f"{key}_censored"):
-        return ("> " if row.get(f"{key}_hi") is None else "< ") + steps_text(value)
-    lo, hi = row.get(f"{key}_lo"), row.get(f"{key}_hi")
-    return steps_text(value) + (f" [{steps_text(lo)}, {steps_text(hi)}]" if lo is not None and hi is not None else "")
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
-    return [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
 
 
 def _hashable(value: Any) -> Any:
@@ -358,6 +343,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     lines += timescales_section(rows)
     lines += laws_section(fits_json, fit_rows)
     lines += pairs_section(rows, fit_rows, entries, figures_dir, "figures")
+    lines += signals_section(rows, fits_json)
     lines += figures_section("Figures", figures, figures_dir, "figures")
     lines += figures_section("Galleries", galleries, figures_dir, "figures")
     lines += unresolved_section(rows, not_fitted, flagged, fits_json, entries)

@@ -13,7 +13,9 @@ that agree on the other varied setting, per width for a law in N and per N for a
 all runs) is fitted only when the runs agree on that setting and otherwise says why not (:func:`_law_set`): the joint
 law is the one law over the whole grid. An experiment with split pairs (pairs.jsonl, `diffmem pairs`) adds tau_bias
 per pair (:data:`PAIR_COLUMNS` of summary.csv) and its laws ``tau_bias_vs_n``, ``tau_bias_vs_width`` and
-``tau_bias_vs_n_and_width``, one point per pair.
+``tau_bias_vs_n_and_width``, one point per pair. Runs that record the per-level losses add the sampling-free
+signals (:mod:`diffmem.analysis.signals`: :data:`~diffmem.analysis.signals.SIGNAL_COLUMNS` of summary.csv, the laws
+of tau_gap, tau_gap_first, tau_auc and of their lags to tau_mem, fits.json's ``calibration``).
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, Join
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
                                        write_json)
+from diffmem.analysis.signals import SIGNAL_COLUMNS, RunSignals, calibration, run_signals, signal_estimate, \
+    signal_quantities
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS, EvalConfig
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
@@ -139,11 +143,15 @@ class RunSummary:
     lr: float | None = None  # train.lr
     train_s: float | None = None  # seconds of training steps (RunCost)
     eval_s: float | None = None  # seconds of evaluations (RunCost)
+    signals: RunSignals | None = None  # the sampling-free signals (diffmem.analysis.signals); None without the keys
 
     def estimate(self, quantity: str) -> Estimate:
-        """A timescale by name: tau_gen, tau_mem, tau_gap, tau_mem_epochs, or a level crossing (tau_mem_at_L)."""
+        """A timescale by name: tau_gen, tau_mem, tau_gap, tau_mem_epochs, a level crossing (tau_mem_at_L), or a
+        sampling-free signal or lag (tau_auc, tau_gap_first, auc_lag, ...: diffmem.analysis.signals)."""
         if quantity in self.levels:
             return self.levels[quantity]
+        if (found := signal_estimate(self.signals, quantity)) is not None:
+            return found
         if quantity.startswith("tau_mem_at_"):
             return Estimate(None, None, None, False, f"f_mem level {quantity[11:]} is not in this run's "
                                                      "eval.mem_levels")
@@ -174,6 +182,7 @@ class RunSummary:
             "tau_gen_bracket_hi": self.tau_gen_bracket[1] if self.tau_gen_bracket else None,
             "data_source": self.data_source, "image_size": self.image_size, "optimizer": self.optimizer,
             "lr": self.lr, "train_s": _rounded(self.train_s), "eval_s": _rounded(self.eval_s),
+            **(self.signals.row() if self.signals is not None else {}),
         }
 
 
@@ -318,6 +327,7 @@ def summarize_run(record: RunRecord) -> RunSummary:
         data_source=record.config.data.source, image_size=record.config.data.image_size,
         optimizer=record.config.train.optimizer, lr=record.config.train.lr,
         train_s=record.cost.train_s, eval_s=record.cost.eval_s,
+        signals=run_signals(record.evaluations, estimates, record.name),
     )
 
 
@@ -411,6 +421,10 @@ def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
     for name in sorted({name for r in runs for name in r.levels}, key=level_of):
         fits[f"{name}_vs_n"] = _vs_n(runs, name)
         fits[f"{name}_vs_width"] = _vs_width(runs, name)
+    for name in signal_quantities(runs):  # runs that record the per-level losses: diffmem.analysis.signals
+        fits[f"{name}_vs_n"] = _vs_n(runs, name)
+        if len({r.width for r in runs}) > 1:
+            fits[f"{name}_vs_width"] = _vs_width(runs, name)
     return fits
 
 
@@ -617,6 +631,7 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     seeds = seed_columns(runs)
     summary_csv = write_csv(target / "summary.csv",
                             SUMMARY_COLUMNS + tuple(level_columns(levels))
+                            + (SIGNAL_COLUMNS if any(r.signals for r in runs) else ())
                             + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias")) if pairs else ()),
                             ({**r.row(), **seeds[r.run], **pair_cells.get(r.run, {})} for r in runs))
     censored = {q: [r.run for r in runs if getattr(r, q).censored] for q in ("tau_mem", "tau_gen")}
@@ -630,5 +645,6 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
         "censored_runs": censored,
         **{name: fs.to_dict() for name, fs in fits.items()},
         **{name: fit.to_dict() for name, fit in joint.items()},
+        **({"calibration": c} if (c := calibration(runs, fits)) is not None else {}),
     })
     return Summary(experiment_dir, runs, fits, summary_csv, fits_json, (), joint, notes, None, pairs)

@@ -16,6 +16,15 @@ Planted curves, for a step s (optimizer steps):
 - losses: a common curve ``0.1 + 0.9 / (1 + s / 100)`` for both until tau_gap; after it the train loss falls by
   ``(tau_gap / s) ** 0.5`` and the test loss rises by ``1 + 0.3 * log10(s / tau_gap)``; each times
   (1 + loss_noise * standard normal).
+- per-level losses and membership AUCs (``loss_ts`` given; :mod:`diffmem.analysis.signals`): at each diffusion time
+  t_k the common curve ``b_k(s) = (1 + t_k) * (0.1 + 0.9 / (1 + s / 100))`` for both until the level's planted
+  opening step g_k (``gap_at_t``; None: never), then the train loss ``b_k(s) * (g_k / s) ** 0.5`` and the held-out
+  loss ``b_k(g_k) * (1.2 + 0.3 * log10(s / g_k))``, a jump that the tau_gap rule sees at the first evaluation after
+  g_k (so tau_gap(t_k)'s bracket is the two evaluations around g_k when at least 3 evaluations come before it); each
+  times (1 + loss_noise * standard normal); the gap's interval +-0.02 b_k. The AUC of level k (and the combined
+  one, planted at ``tau_auc``, by default the earliest g_k): ``0.5 + 0.02 z`` (z a standard normal clipped to
+  +-1.5) with the interval +-0.08 until its step, then ``0.6 + 0.3 * (1 - step / s)`` with the same half width, so
+  its lower end stays above 0.5 from the first evaluation after the planted step on.
 - split pairs (:func:`write_synthetic_pairs`): each run gets a twin ``<run>_split1`` with the same planted
   timescales and other noise, and ``<experiment>/pairs.jsonl`` one line per (pair, evaluation step) with a planted
   tau_bias: before it the bias is noise (``bias_noise`` times a standard normal clipped to +-2) with an interval of
@@ -57,6 +66,8 @@ class PlantedRun:
     tau_gen: float
     tau_mem: float | None
     tau_gap: float | None
+    gap_at_t: tuple[float | None, ...] | None = None  # the planted opening step of each level of loss_ts
+    tau_auc: float | None = None  # the planted step from which the combined membership AUC stays above 0.5
 
 
 def paper_params(width: int) -> int:
@@ -83,13 +94,17 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
                         record_f_mem: bool = True, record_losses: bool = True,
                         fid_extractor: str = "inception-v3-compat", sample_grids: bool = False,
                         stop_after: int | None = None, truncate_last_line: bool = False,
-                        noise_seed: int = 0) -> PlantedRun:
+                        noise_seed: int = 0, loss_ts: Sequence[float] = (),
+                        gap_at_t: Sequence[float | None] | None = None, tau_auc: float | None = None) -> PlantedRun:
     """Write one run folder (config.json, metrics.jsonl and, unless ``stop_after`` cuts it short, done).
 
     ``stop_after``: keep only the first this many evaluations and leave no done file (a run still training).
     ``truncate_last_line``: append half a JSON line, as a crash during a write leaves it.
     ``record_*`` False writes null for that metric, as a switched-off metric is recorded.
     ``sample_grids``: also write a planted sample grid at every evaluation (see the module docstring).
+    ``loss_ts``: also record the per-level losses and membership AUCs at these diffusion times, the gap of level k
+    opening at ``gap_at_t[k]`` (default: none opens) and the combined AUC leaving 0.5 at ``tau_auc`` (default: the
+    earliest level's step; module docstring).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -102,6 +117,11 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
     rng = np.random.default_rng([noise_seed, n, width, seed])
     gap_at = tau_gap if tau_gap is not None else (tau_mem / 2 if tau_mem is not None else None)
     lines = []
+    gap_at_t = tuple(gap_at_t) if gap_at_t is not None else (None,) * len(loss_ts)
+    if len(gap_at_t) != len(loss_ts):
+        raise ValueError(f"gap_at_t has {len(gap_at_t)} steps for {len(loss_ts)} levels of loss_ts")
+    if tau_auc is None and any(g is not None for g in gap_at_t):
+        tau_auc = min(g for g in gap_at_t if g is not None)
     eval_steps = evaluation_steps(steps, n_evals)
     if stop_after is not None:
         eval_steps = eval_steps[:stop_after]
@@ -122,6 +142,7 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
         if sample_grids:
             write_planted_grid(RunDir(run_dir).samples_path(int(s)), f, n=n, size=cfg.data.image_size,
                                rng=np.random.default_rng([noise_seed, n, width, seed, int(s)]))
+        levels = planted_levels(float(s), n, loss_ts, gap_at_t, tau_auc, loss_noise, rng) if loss_ts else {}
         lines.append(json.dumps({
             "step": int(s), "images_seen": int(s) * batch, "wall_s": round(float(s) * 1e-3, 3),
             "n_samples": n_samples, "sampler": "ddim", "sampler_steps": 100,
@@ -131,7 +152,7 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
             "fid": float(fid) if record_fid else None, "fid_extractor": fid_extractor if record_fid else None,
             "fid_reference": "synthetic" if record_fid else None,
             "train_loss": float(train) if record_losses else None, "test_loss": float(test) if record_losses else None,
-            "loss_t": 0.01,
+            "loss_t": 0.01, **levels,
         }))
     text = "\n".join(lines) + ("\n" if lines else "")
     if truncate_last_line and lines:
@@ -142,7 +163,42 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
         atomic_write_text(done, "")
     else:
         done.unlink(missing_ok=True)
-    return PlantedRun(run_dir.name, run_dir, n, width, seed, tau_gen, tau_mem, gap_at)
+    return PlantedRun(run_dir.name, run_dir, n, width, seed, tau_gen, tau_mem, gap_at,
+                      gap_at_t if loss_ts else None, tau_auc if loss_ts else None)
+
+
+def planted_auc(s: float, opens: float | None, rng: np.random.Generator) -> tuple[float, float, float]:
+    """(auc, lo, hi) of a planted membership AUC at step ``s`` that leaves 0.5 at ``opens`` (module docstring)."""
+    if opens is None or s <= opens:
+        auc = 0.5 + 0.02 * float(np.clip(rng.standard_normal(), -1.5, 1.5))
+    else:
+        auc = 0.6 + 0.3 * (1 - opens / s)
+    return auc, auc - 0.08, min(auc + 0.08, 1.0)
+
+
+def planted_levels(s: float, n: int, loss_ts: Sequence[float], gap_at_t: Sequence[float | None],
+                   tau_auc: float | None, loss_noise: float, rng: np.random.Generator) -> dict[str, object]:
+    """The per-level keys of one planted metrics line at step ``s`` (module docstring)."""
+    def base(step: float, t: float) -> float:
+        return (1 + t) * (0.1 + 0.9 / (1 + step / 100))
+
+    train, test, aucs = [], [], []
+    for t, g in zip(loss_ts, gap_at_t):
+        tr = te = base(s, t)
+        if g is not None and s > g:
+            tr = base(s, t) * (g / s) ** 0.5
+            te = base(g, t) * (1.2 + 0.3 * np.log10(s / g))
+        train.append(float(tr * (1 + loss_noise * rng.standard_normal())))
+        test.append(float(te * (1 + loss_noise * rng.standard_normal())))
+        aucs.append(planted_auc(s, g, rng))
+    combined = planted_auc(s, tau_auc, rng)
+    return {"loss_ts": [float(t) for t in loss_ts], "loss_steps": [max(1, round(1000 * t)) for t in loss_ts],
+            "train_losses": train, "test_losses": test,
+            "loss_gap_lo": [b - a - 0.02 * base(s, t) for a, b, t in zip(train, test, loss_ts)],
+            "loss_gap_hi": [b - a + 0.02 * base(s, t) for a, b, t in zip(train, test, loss_ts)],
+            "membership_n": n, "auc": [a[0] for a in aucs], "auc_lo": [a[1] for a in aucs],
+            "auc_hi": [a[2] for a in aucs], "membership_auc": combined[0], "membership_auc_lo": combined[1],
+            "membership_auc_hi": combined[2]}
 
 
 def write_planted_grid(path: Path, f_mem: float, *, n: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -171,11 +227,15 @@ def write_synthetic_experiment(root: str | Path, ns: Iterable[int], widths: Iter
                                seeds: Iterable[int] = (0,), *,
                                tau_mem: Callable[[int, int], float | None] = paper_tau_mem,
                                tau_gen: Callable[[int, int], float] = paper_tau_gen,
-                               steps: Callable[[int, int], int] | int = 2_000_000, **run_kwargs) -> list[PlantedRun]:
+                               steps: Callable[[int, int], int] | int = 2_000_000,
+                               gap_at_t: Callable[[int, int], Sequence[float | None]] | None = None,
+                               tau_auc: Callable[[int, int], float | None] | None = None,
+                               **run_kwargs) -> list[PlantedRun]:
     """Write one run folder per (N, W, seed) under ``root`` (names like ``n00128_w08_s0``) with planted laws.
 
     ``tau_mem``/``tau_gen``: the planted law as a function of (N, W); ``steps``: the training length, a number or a
-    function of (N, W). Other keywords go to :func:`write_synthetic_run`.
+    function of (N, W); ``gap_at_t`` and ``tau_auc``: the planted per-level gap openings and the combined AUC's step
+    as functions of (N, W) (with ``loss_ts``). Other keywords go to :func:`write_synthetic_run`.
     """
     root = Path(root)
     planted = []
@@ -184,8 +244,12 @@ def write_synthetic_experiment(root: str | Path, ns: Iterable[int], widths: Iter
             for seed in seeds:
                 total = int(steps(n, w) if callable(steps) else steps)
                 name = run_name(synthetic_config(n=n, width=w, seed=seed, steps=total))
+                extra = {"gap_at_t": gap_at_t(n, w)} if gap_at_t is not None else {}
+                if tau_auc is not None:
+                    extra["tau_auc"] = tau_auc(n, w)
                 planted.append(write_synthetic_run(root / name, n=n, width=w, seed=seed, steps=total,
-                                                   tau_gen=tau_gen(n, w), tau_mem=tau_mem(n, w), **run_kwargs))
+                                                   tau_gen=tau_gen(n, w), tau_mem=tau_mem(n, w), **extra,
+                                                   **run_kwargs))
     return planted
 
 

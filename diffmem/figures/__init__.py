@@ -12,6 +12,9 @@ pairs.jsonl, the runs' stored sample grids).
 - :mod:`~diffmem.figures.phase`: ``phase`` (memorizing, generalizing or learning, against training time; Fig. 3);
 - :mod:`~diffmem.figures.loss_gap`: ``loss_gap`` (train and test loss against the step);
 - :mod:`~diffmem.figures.pairs`: ``pairs`` (the split pairs' bias, pair distance and own fraction);
+- :mod:`~diffmem.figures.signals`: ``signals_gap_w{W}``, ``signals_auc_w{W}``, ``signals_calibration`` (the
+  sampling-free signals: the gap over step x noise level, the membership AUC, their timescales against tau_mem),
+  only for runs that recorded the per-level losses;
 - :mod:`~diffmem.figures.gallery`: ``gallery_n{N:05d}_w{W:02d}`` (stored sample grids before, inside and after the
   window).
 
@@ -34,6 +37,7 @@ from diffmem.figures.laws import plot_scaling, plot_width
 from diffmem.figures.loss_gap import plot_loss_gap
 from diffmem.figures.pairs import plot_pairs
 from diffmem.figures.phase import plot_phase
+from diffmem.figures.signals import plot_signals
 from diffmem.figures.style import STYLE, FigureResult
 from diffmem.figures.window import plot_collapse, plot_window
 
@@ -59,6 +63,7 @@ def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = Non
         results.append(plot_phase(data, out_dir, threshold=phase_threshold, times=phase_times))
         results.append(plot_loss_gap(data, out_dir))
         results.append(plot_pairs(data, out_dir))
+        results += plot_signals(data, out_dir)
         results += plot_galleries(data, out_dir)
     write_figure_index(out_dir, ((r.name, [p.name for p in r.files], r.skipped) for r in results))
     return results

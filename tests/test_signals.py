@@ -1,0 +1,191 @@
+"""Sampling-free signals (diffmem.analysis.signals): tau_gap per noise level, the level that opens first, tau_auc, the
+lags to tau_mem with their intervals, the lag laws, the report section and the figures, on planted experiment folders
+whose opening steps are known; folders without the keys analyze as before."""
+from __future__ import annotations
+
+import json
+import math
+
+import matplotlib as mpl
+import numpy as np
+import pytest
+from scipy import stats
+
+from diffmem.analysis import analyze
+from diffmem.analysis.report import report_text
+from diffmem.analysis.runfiles import read_csv, read_run
+from diffmem.analysis.signals import SIGNAL_COLUMNS, LevelSignal, first_gap, lag, lag_name, run_signals
+from diffmem.analysis.synthetic import evaluation_steps, write_synthetic_experiment, write_synthetic_run
+from diffmem.analysis.timescales import Estimate, estimate_run
+from diffmem.figures import load_experiment_files
+from diffmem.figures.checks import figure_problems
+from diffmem.figures.signals import plot_signals
+from diffmem.figures.style import STYLE
+
+LOSS_TS = (0.01, 0.1, 1.0)
+
+
+def neighbours(steps, planted: float) -> tuple[float, float]:
+    """The evaluated steps just before (at or below) and just after the planted step."""
+    steps = [float(s) for s in steps]
+    return max(s for s in steps if s <= planted), min(s for s in steps if s > planted)
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("one_run")
+    planted = write_synthetic_run(root / "r", n=64, width=8, steps=20_000, tau_gen=500, tau_mem=6000, n_evals=30,
+                                  loss_ts=LOSS_TS, gap_at_t=(3000.0, 800.0, None), tau_auc=1500.0)
+    record = read_run(planted.path)
+    estimates = estimate_run(record.evaluations, record.mem_levels)
+    return record, run_signals(record.evaluations, estimates), estimates
+
+
+def test_tau_gap_per_level_is_bracketed_by_the_evaluations_around_the_planted_step(one_run):
+    record, signals, _ = one_run
+    steps = evaluation_steps(20_000, 30)
+    assert [lv.t for lv in signals.levels] == list(LOSS_TS)
+    for lv, planted in zip(signals.levels[:2], (3000.0, 800.0)):
+        assert (lv.tau_gap.lo, lv.tau_gap.hi) == neighbours(steps, planted)
+        assert lv.tau_gap.measured and lv.tau_gap.lo <= lv.tau_gap.value <= lv.tau_gap.hi
+        assert (lv.tau_auc.lo, lv.tau_auc.hi) == neighbours(steps, planted)  # the level's AUC opens with its gap
+    never = signals.levels[2]
+    assert never.tau_gap.censored and never.tau_gap.hi is None and never.tau_gap.value == steps[-1]
+    assert never.tau_auc.censored and never.tau_auc.hi is None
+
+
+def test_the_first_gap_is_the_planted_earliest_level_and_tau_auc_its_bracket(one_run):
+    _, signals, estimates = one_run
+    assert signals.first_t == 0.1
+    assert signals.tau_gap_first.value == signals.levels[1].tau_gap.value
+    assert (signals.tau_auc.lo, signals.tau_auc.hi) == neighbours(evaluation_steps(20_000, 30), 1500.0)
+    assert signals.tau_auc == estimates["tau_auc"]
+    assert signals.tau_auc.value == pytest.approx(math.sqrt(signals.tau_auc.lo * signals.tau_auc.hi))
+    mem = estimates["tau_mem"]
+    auc_lag = signals.lags["auc_lag"]
+    assert auc_lag.value == pytest.approx(mem.value / signals.tau_auc.value)
+    assert auc_lag.lo == pytest.approx(mem.lo / signals.tau_auc.hi)
+    assert auc_lag.hi == pytest.approx(mem.hi / signals.tau_auc.lo)
+    assert set(signals.lags) == {lag_name(s, r) for s in ("tau_gap", "tau_gap_first", "tau_auc")
+                                 for r in ("tau_mem", "tau_mem_at_0.01", "tau_mem_at_0.1")}
+
+
+def test_first_gap_prefers_a_gap_open_from_the_start_and_else_bounds():
+    def est(value, lo, hi, censored):
+        return Estimate(value, lo, hi, censored, "planted")
+    measured = LevelSignal(0.01, est(500.0, 400.0, 600.0, False), est(None, None, None, False))
+    early = LevelSignal(1.0, est(10.0, None, 10.0, True), est(None, None, None, False))
+    never = LevelSignal(0.1, est(900.0, 900.0, None, True), est(None, None, None, False))
+    assert first_gap([measured, never])[1] == 0.01
+    first, t = first_gap([measured, early, never])
+    assert t == 1.0 and first.censored and first.lo is None and first.hi == 10.0
+    first, t = first_gap([never])
+    assert t is None and first.censored and first.value == 900.0 and first.hi is None
+
+
+def test_lag_intervals_and_bounds():
+    mem = Estimate(1000.0, 800.0, 1200.0, False, "")
+    sig = Estimate(100.0, 50.0, 200.0, False, "")
+    both = lag(mem, sig)
+    assert (both.value, both.lo, both.hi, both.censored) == (10.0, 4.0, 24.0, False)
+    never_memorized = lag(Estimate(5000.0, 5000.0, None, True, ""), sig)  # tau_mem a lower bound
+    assert never_memorized.censored and never_memorized.value == never_memorized.lo == 25.0
+    assert never_memorized.hi is None
+    never_signalled = lag(mem, Estimate(5000.0, 5000.0, None, True, ""))  # the signal a lower bound
+    assert never_signalled.censored and never_signalled.hi == never_signalled.value == pytest.approx(0.24)
+    opposite = lag(Estimate(5000.0, 5000.0, None, True, ""), Estimate(5000.0, 5000.0, None, True, ""))
+    assert opposite.value is None and opposite.censored
+
+
+def planted_experiment(root, auc_of_n, seeds=(0, 1)):
+    return write_synthetic_experiment(
+        root, [64, 128, 256, 512], widths=[8], seeds=seeds, n_evals=40, steps=lambda n, w: 400 * n,
+        tau_gen=lambda n, w: 2000.0, tau_mem=lambda n, w: 100.0 * n, loss_ts=LOSS_TS,
+        gap_at_t=lambda n, w: (50.0 * n, 10.0 * n, None), tau_auc=lambda n, w: auc_of_n(n))
+
+
+@pytest.fixture(scope="module")
+def constant_lag(tmp_path_factory):
+    root = tmp_path_factory.mktemp("constant_lag")
+    planted_experiment(root, lambda n: 100.0 * n / 4)  # tau_auc = tau_mem / 4 at every N
+    return root, analyze(root)
+
+
+def test_constant_lag_is_recognised(constant_lag):
+    root, _ = constant_lag
+    fits = json.loads((root / "fits.json").read_text())
+    law = fits["auc_lag_vs_n"]
+    assert law["exponent_lo"] <= 0 <= law["exponent_hi"]
+    assert fits["tau_auc_vs_n"]["exponent_lo"] <= 1 <= fits["tau_auc_vs_n"]["exponent_hi"]
+    (verdict,) = [v for v in fits["calibration"]["laws"] if v["law"] == "auc_lag_vs_n"]
+    assert verdict["verdict"] == "constant lag" and verdict["early_warning"] is True
+    assert "early warning" in verdict["sentence"] and "holds 0" in verdict["sentence"]
+    assert "auc_lag_vs_width" not in fits  # one width: no law in W
+
+
+def test_cell_lags_are_the_geometric_mean_with_a_t_interval(constant_lag):
+    root, _ = constant_lag
+    rows = {r["run"]: r for r in read_csv(root / "summary.csv")}
+    cells = json.loads((root / "fits.json").read_text())["calibration"]["cells"]
+    (cell,) = [c for c in cells if c["lag"] == "gap_lag" and c["n"] == 128]
+    values = np.log([rows[run]["gap_lag"] for run in cell["runs"]])
+    assert cell["measured"] == 2
+    assert cell["geometric_mean"] == pytest.approx(math.exp(values.mean()), rel=1e-5)  # csv: 6 digits
+    half = stats.t.ppf(0.975, 1) * values.std(ddof=1) / math.sqrt(2)
+    assert cell["lo"] <= math.exp(values.mean() - half) * (1 + 1e-5)
+    assert cell["hi"] >= math.exp(values.mean() + half) * (1 - 1e-5)
+    lo_ends = math.exp(np.mean(np.log([rows[run]["gap_lag_lo"] for run in cell["runs"]])))
+    assert cell["lo"] <= lo_ends * (1 + 1e-5)
+
+
+def test_a_lag_that_grows_with_n_has_the_exponent_difference(tmp_path):
+    planted_experiment(tmp_path, lambda n: 100.0 * 64 * (n / 64) ** 0.5 / 4, seeds=(0,))  # tau_auc ~ N^0.5
+    analyze(tmp_path)
+    fits = json.loads((tmp_path / "fits.json").read_text())
+    law = fits["auc_lag_vs_n"]
+    assert law["exponent"] == pytest.approx(0.5, abs=0.15)
+    assert law["exponent_lo"] > 0
+    (verdict,) = [v for v in fits["calibration"]["laws"] if v["law"] == "auc_lag_vs_n"]
+    assert verdict["verdict"] == "lag changes with n" and "grows" in verdict["sentence"]
+
+
+def test_summary_columns_and_the_report_section(constant_lag):
+    root, _ = constant_lag
+    header = (root / "summary.csv").read_text().splitlines()[0].split(",")
+    assert header[-len(SIGNAL_COLUMNS):] == list(SIGNAL_COLUMNS)
+    rows = read_csv(root / "summary.csv")
+    assert {r["tau_gap_first_t"] for r in rows} == {0.1}
+    text = report_text(root)
+    section = text[text.index("## Sampling-free signals"):]
+    assert "| n00064_w08_s0 | 64 | 8 | 0 |" in section and "(t = 0.1)" in section
+    assert "`auc_lag_vs_n` | width = 8" in section and "constant lag" in section
+    assert "In words" in section
+
+
+def test_old_folders_without_the_keys_analyze_as_before(tmp_path):
+    write_synthetic_experiment(tmp_path, [64, 128, 256], widths=[8], n_evals=20, steps=lambda n, w: 400 * n,
+                               tau_gen=lambda n, w: 2000.0, tau_mem=lambda n, w: 100.0 * n)
+    summary = analyze(tmp_path)
+    assert all(r.signals is None for r in summary.runs)
+    header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
+    assert not set(SIGNAL_COLUMNS) & set(header)
+    fits = json.loads((tmp_path / "fits.json").read_text())
+    assert "calibration" not in fits and not any("auc" in k or "lag" in k or "gap" in k for k in fits)
+    assert "Sampling-free" not in report_text(tmp_path)
+    assert plot_signals(load_experiment_files(tmp_path), tmp_path) == []
+
+
+def test_the_figures_are_drawn_and_readable(constant_lag):
+    root, _ = constant_lag
+    out = root / "figures"
+    out.mkdir(exist_ok=True)
+    with mpl.rc_context(STYLE):  # as make_figures draws them
+        results = {r.name: r for r in plot_signals(load_experiment_files(root), out)}
+    assert set(results) == {"signals_gap_w08", "signals_auc_w08", "signals_calibration"}
+    for name, result in results.items():
+        assert result.skipped is None and [p.suffix for p in result.files] == [".png", ".pdf"]
+        assert figure_problems(result.figure, expect_intervals=name != "signals_gap_w08", name=name) == []
+    # the gap map marks tau_gap(t) of each level that opened: two white circles per panel
+    gap = results["signals_gap_w08"].figure
+    circles = [line for ax in gap.axes for line in ax.get_lines() if line.get_marker() == "o" and line.get_xdata().size]
+    assert len(circles) == 2 * 4
