@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from diffmem import __version__
 from diffmem.analysis.goodness import GoodnessOfFit
+from diffmem.analysis.images import images_section
 from diffmem.analysis.powerlaw import PowerLawFit, load_fits
 from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
 from diffmem.analysis.scaling import level_keys, level_of
@@ -52,6 +53,12 @@ FIGURE_CAPTIONS = {
     "pairs": "Split pairs: the bias ln(d_other / d_own) (0: no preference), the distance between the two models' "
              "samples from the same noise and the fraction of samples nearer their own train set (0.5: no "
              "preference) against the step; tau_bias, tau_gen and tau_mem marked on each pair's bias curve.",
+    "copied_fraction": "The fraction of the training set that an evaluation's samples copy against the step, mean "
+                       "over each cell's seeds with its 95 % bootstrap band.",
+    "first_copy": "When each training image is first copied against its most telling descriptor (every seed of "
+                  "each cell); images never copied at the right edge.",
+    "copied_images": "The first and the last training images to be copied (the training images themselves, not "
+                     "their copies), each with its first-copy step.",
     "gallery": "Generated samples (top rows) above their nearest training images, copies framed in red, before "
                "tau_gen, inside the window and after tau_mem.",
 }
@@ -358,6 +365,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     lines += timescales_section(rows)
     lines += laws_section(fits_json, fit_rows)
     lines += pairs_section(rows, fit_rows, entries, figures_dir, "figures")
+    lines += images_section(fits_json.get("images"))
     lines += figures_section("Figures", figures, figures_dir, "figures")
     lines += figures_section("Galleries", galleries, figures_dir, "figures")
     lines += unresolved_section(rows, not_fitted, flagged, fits_json, entries)
