@@ -132,6 +132,11 @@ class TrainImages:
     descriptors: dict[str, np.ndarray]
 
 
+def train_pixels(cfg: RunConfig) -> torch.Tensor:
+    """The train set of a run with config ``cfg``, uint8 (N, C, S, S) (what the gallery of copied images shows)."""
+    return make_splits(load_images(cfg.data), cfg.data).train
+
+
 def train_images(cfg: RunConfig, dataset_sha256: str | None = None) -> TrainImages:
     """Rebuild the train set and the held-out images of the test loss of a run from its config and compute the
     descriptors. DataError when the data cannot be loaded or are not those the run trained on (``dataset_sha256``,

@@ -13,7 +13,9 @@ pairs.jsonl, the runs' stored sample grids).
 - :mod:`~diffmem.figures.loss_gap`: ``loss_gap`` (train and test loss against the step);
 - :mod:`~diffmem.figures.pairs`: ``pairs`` (the split pairs' bias, pair distance and own fraction);
 - :mod:`~diffmem.figures.gallery`: ``gallery_n{N:05d}_w{W:02d}`` (stored sample grids before, inside and after the
-  window).
+  window);
+- :mod:`~diffmem.figures.images`: ``copied_fraction``, ``first_copy`` and ``copied_images_n{N:05d}_w{W:02d}``
+  (which training images are copied, and when; only for runs with copies.jsonl).
 
 What they share: :mod:`~diffmem.figures.experiment_files` (what they read), :mod:`~diffmem.figures.style` (settings,
 figure and panels, colours, axes, legend, saving; also used by the theory's figures), :mod:`~diffmem.figures.curves`
@@ -30,6 +32,7 @@ import matplotlib as mpl
 from diffmem.analysis.runfiles import write_figure_index
 from diffmem.figures.experiment_files import ExperimentFiles, PlotError, load_experiment_files
 from diffmem.figures.gallery import plot_galleries
+from diffmem.figures.images import plot_images
 from diffmem.figures.laws import plot_scaling, plot_width
 from diffmem.figures.loss_gap import plot_loss_gap
 from diffmem.figures.pairs import plot_pairs
@@ -60,5 +63,6 @@ def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = Non
         results.append(plot_loss_gap(data, out_dir))
         results.append(plot_pairs(data, out_dir))
         results += plot_galleries(data, out_dir)
+        results += plot_images(data, out_dir)
     write_figure_index(out_dir, ((r.name, [p.name for p in r.files], r.skipped) for r in results))
     return results
