@@ -14,6 +14,9 @@ links are relative, so the page works wherever the folder is copied). Sections:
 4. split pairs, only when summary.csv has pair columns (pairs.jsonl, `diffmem pairs`): one row per pair with
    tau_bias and its bracket beside both members' tau_gen and tau_mem and whether tau_bias comes before tau_mem, the
    tau_bias laws of fits.json, the pairs figure;
+   then, only when some run has copies.jsonl, "Which images are copied" (fits.json's ``images`` section,
+   :func:`diffmem.analysis.images.images_section`): per cell a sentence on the copied fraction and on which images
+   are copied first, and the agreement of the order across seeds and N;
 5. figures, then 6. galleries: each drawn figure as an image with a link to its PDF;
 7. what the analysis could not resolve: censored timescales (tau_bias included), runs still training, laws not
    fitted with the reason, fitted laws whose goodness of fit flags a problem (no line through every interval, lack
