@@ -16,6 +16,9 @@ links are relative, so the page works wherever the folder is copied). Sections:
    tau_bias laws of fits.json, the pairs figure;
    then, only when the runs recorded the per-level losses, the sampling-free signals and their calibration against
    tau_mem (:mod:`diffmem.analysis.signals_report`);
+   then, only when some run has copies.jsonl, "Which images are copied" (fits.json's ``images`` section,
+   :func:`diffmem.analysis.images.images_section`): per cell a sentence on the copied fraction and on which images
+   are copied first, and the agreement of the order across seeds and N;
 5. figures, then 6. galleries: each drawn figure as an image with a link to its PDF;
 7. what the analysis could not resolve: censored timescales (tau_bias included), runs still training, laws not
    fitted with the reason, fitted laws whose goodness of fit flags a problem (no line through every interval, lack
@@ -31,6 +34,7 @@ from typing import Any, Sequence
 from diffmem import __version__
 from diffmem.analysis.goodness import GoodnessOfFit
 from diffmem.analysis.markdown import estimate_text, steps_text, table as _table
+from diffmem.analysis.images import images_section
 from diffmem.analysis.powerlaw import PowerLawFit, load_fits
 from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
 from diffmem.analysis.scaling import level_keys, level_of
@@ -62,6 +66,12 @@ FIGURE_CAPTIONS = {
                    "N; tau_auc as a circle on its curve, tau_mem as a dashed line, 0.5 (chance) dotted.",
     "signals_calibration": "The sampling-free timescales tau_auc and tau_gap_first against tau_mem per run, with their "
                            "intervals, on log-log axes; the identity line (no lag) and the lines of constant lag.",
+    "copied_fraction": "The fraction of the training set that an evaluation's samples copy against the step, mean "
+                       "over each cell's seeds with its 95 % bootstrap band.",
+    "first_copy": "When each training image is first copied against its most telling descriptor (every seed of "
+                  "each cell); images never copied at the right edge.",
+    "copied_images": "The first and the last training images to be copied (the training images themselves, not "
+                     "their copies), each with its first-copy step.",
     "gallery": "Generated samples (top rows) above their nearest training images, copies framed in red, before "
                "tau_gen, inside the window and after tau_mem.",
 }
@@ -344,6 +354,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     lines += laws_section(fits_json, fit_rows)
     lines += pairs_section(rows, fit_rows, entries, figures_dir, "figures")
     lines += signals_section(rows, fits_json)
+    lines += images_section(fits_json.get("images"))
     lines += figures_section("Figures", figures, figures_dir, "figures")
     lines += figures_section("Galleries", galleries, figures_dir, "figures")
     lines += unresolved_section(rows, not_fitted, flagged, fits_json, entries)

@@ -30,6 +30,7 @@ import numpy as np
 
 from diffmem import __version__
 from diffmem.analysis import timescales
+from diffmem.analysis.images import SUMMARY_IMAGE_COLUMNS, analyze_images
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
@@ -629,11 +630,14 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     levels = sorted({level_of(k) for r in runs for k in r.levels})
     bias_levels = sorted({level_of(k) for p in pairs for k in p.levels})
     seeds = seed_columns(runs)
+    images = analyze_images(records, target, n_samples)  # issue 43: images/ and its columns, when runs have copies
     summary_csv = write_csv(target / "summary.csv",
                             SUMMARY_COLUMNS + tuple(level_columns(levels))
                             + (SIGNAL_COLUMNS if any(r.signals for r in runs) else ())
-                            + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias")) if pairs else ()),
-                            ({**r.row(), **seeds[r.run], **pair_cells.get(r.run, {})} for r in runs))
+                            + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias")) if pairs else ())
+                            + (SUMMARY_IMAGE_COLUMNS if images.section else ()),
+                            ({**r.row(), **seeds[r.run], **pair_cells.get(r.run, {}), **images.summary.get(r.run, {})}
+                             for r in runs))
     censored = {q: [r.run for r in runs if getattr(r, q).censored] for q in ("tau_mem", "tau_gen")}
     if pairs:
         censored["tau_bias"] = [p.run for p in pairs if p.tau_bias.censored]
@@ -646,5 +650,6 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
         **{name: fs.to_dict() for name, fs in fits.items()},
         **{name: fit.to_dict() for name, fit in joint.items()},
         **({"calibration": c} if (c := calibration(runs, fits)) is not None else {}),
+        **({"images": images.section} if images.section else {}),
     })
     return Summary(experiment_dir, runs, fits, summary_csv, fits_json, (), joint, notes, None, pairs)

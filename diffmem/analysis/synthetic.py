@@ -32,6 +32,10 @@ Planted curves, for a step s (optimizer steps):
   half width, so the interval's lower end is above 0 from the first evaluation after tau_bias on and the estimator's
   bracket holds the planted value. own_fraction = 0.5 + 0.5 tanh(bias) +- 0.03; pair_distance = ``distance * (0.5 +
   0.5 f)`` +- 3 % with f the members' mean recorded f_mem; f_mem_a / f_mem_b are the members' recorded f_mem.
+- copies (:func:`write_planted_copies`): ``copies.jsonl`` lines at every evaluation of a run, from samples built so
+  that chosen training images are copied from chosen steps on (each an exact copy of the image, in the model's
+  centered space), the others uniform noise that copies nothing; the counts go through the evaluation's own path,
+  ``copy_counts(memorized_fraction(samples, train))``.
 """
 from __future__ import annotations
 
@@ -48,8 +52,10 @@ from diffmem import __version__
 from diffmem.analysis.runfiles import read_run
 from diffmem.analysis.timescales import binomial_interval
 from diffmem.config import RunConfig
+from diffmem.data import load_images, make_splits, to_model
+from diffmem.metrics.memorization import copy_counts, memorized_fraction
 from diffmem.experiment import run_name
-from diffmem.io import append_jsonl, atomic_write_text
+from diffmem.io import append_jsonl, atomic_write_text, read_jsonl
 from diffmem.rundir import PAIRS_FILE, RunDir
 from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
 
@@ -310,3 +316,37 @@ def write_synthetic_pairs(root: str | Path, planted: Sequence[PlantedRun], *,
 
 def _or_none(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
+
+
+def write_planted_copies(run_dir: str | Path, first_copy: dict[int, int], *, copies_per_image: int = 1,
+                         refinements: Sequence[tuple[int, int]] = (), noise_seed: int = 0) -> None:
+    """Append a ``copies.jsonl`` line for every evaluation of the run folder's metrics.jsonl (then one per
+    ``refinements`` (step, n_samples), a refinement evaluation with more samples) in which training image i is
+    copied by ``copies_per_image`` samples at every evaluation from step ``first_copy[i]`` on (optimizer steps;
+    images not in ``first_copy`` are never copied). Each line has the run's eval.n_samples samples (or the
+    refinement's): the copies, exact copies of their training image, and uniform noise in the model's pixel range,
+    which copies nothing (its two nearest training images are about equally far). The train set is the run's own
+    (its config's data; config.json's dataset_sha256 is set to theirs), the counts those of
+    ``copy_counts(memorized_fraction(samples, train))``."""
+    run = RunDir(run_dir)
+    stored = run.read_config()
+    cfg = stored.config
+    images = load_images(cfg.data)
+    if stored.meta.get("dataset_sha256") != images.sha256:  # the copies are of these images: the run says so
+        atomic_write_text(run.config_path, json.dumps({**stored.meta, "dataset_sha256": images.sha256}, indent=2))
+    splits = make_splits(images, cfg.data)
+    train = to_model(splits.train, splits.mean)
+    rng = torch.Generator().manual_seed(noise_seed)
+    evaluations = [(int(r["step"]), cfg.eval.n_samples) for r in read_jsonl(run.metrics_path)]
+    for step, n_samples in evaluations + [(int(s), int(n)) for s, n in refinements]:
+        chosen = [i for i, at in sorted(first_copy.items()) if at <= step]
+        copies = train[torch.tensor(chosen, dtype=torch.long).repeat_interleave(copies_per_image)]
+        if len(copies) > n_samples:
+            raise ValueError(f"{len(copies)} planted copies at step {step} exceed the {n_samples} samples")
+        noise = torch.rand((n_samples - len(copies), *train.shape[1:]), generator=rng) - splits.mean
+        result = memorized_fraction(torch.cat([copies, noise]), train, threshold=cfg.eval.mem_threshold, n_boot=1)
+        counts = copy_counts(result)
+        append_jsonl(run.copies_path, {
+            "step": step, "n_samples": n_samples, "seed": cfg.eval.seed, "mem_threshold": cfg.eval.mem_threshold,
+            "n_train": len(train), "nearest_idx": counts.nearest_idx, "nearest_n": counts.nearest_n,
+            "copied_idx": counts.copied_idx, "copied_n": counts.copied_n})

@@ -16,7 +16,9 @@ pairs.jsonl, the runs' stored sample grids).
   sampling-free signals: the gap over step x noise level, the membership AUC, their timescales against tau_mem),
   only for runs that recorded the per-level losses;
 - :mod:`~diffmem.figures.gallery`: ``gallery_n{N:05d}_w{W:02d}`` (stored sample grids before, inside and after the
-  window).
+  window);
+- :mod:`~diffmem.figures.images`: ``copied_fraction``, ``first_copy`` and ``copied_images_n{N:05d}_w{W:02d}``
+  (which training images are copied, and when; only for runs with copies.jsonl).
 
 What they share: :mod:`~diffmem.figures.experiment_files` (what they read), :mod:`~diffmem.figures.style` (settings,
 figure and panels, colours, axes, legend, saving; also used by the theory's figures), :mod:`~diffmem.figures.curves`
@@ -33,6 +35,7 @@ import matplotlib as mpl
 from diffmem.analysis.runfiles import write_figure_index
 from diffmem.figures.experiment_files import ExperimentFiles, PlotError, load_experiment_files
 from diffmem.figures.gallery import plot_galleries
+from diffmem.figures.images import plot_images
 from diffmem.figures.laws import plot_scaling, plot_width
 from diffmem.figures.loss_gap import plot_loss_gap
 from diffmem.figures.pairs import plot_pairs
@@ -65,5 +68,6 @@ def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = Non
         results.append(plot_pairs(data, out_dir))
         results += plot_signals(data, out_dir)
         results += plot_galleries(data, out_dir)
+        results += plot_images(data, out_dir)
     write_figure_index(out_dir, ((r.name, [p.name for p in r.files], r.skipped) for r in results))
     return results

@@ -1,0 +1,199 @@
+"""Which training images are copied, and when (diffmem.analysis.images, diffmem.figures.images): planted copies
+read back exactly as first-copy steps, a run that never copies, identical and near-duplicate training images, the
+descriptors against a float64 brute force, the copied fraction's bootstrap against its closed form and a per-sample
+brute force, Spearman's rho against scipy, and `diffmem analyze` on a planted experiment with copies.jsonl."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from diffmem.analysis.images import (DESCRIPTORS, IMAGE_COLUMNS, SUMMARY_IMAGE_COLUMNS, descriptor_sentence,
+                                     distinct_bootstrap, nearest_distances, seed_stability, spearman_interval,
+                                     spearman_rows, timeline)
+from diffmem.analysis.runfiles import read_csv, read_json
+from diffmem.analysis.synthetic import write_planted_copies, write_synthetic_experiment
+from diffmem.figures.checks import figure_problems
+from diffmem.metrics.memorization import copy_counts, memorized_fraction
+from diffmem.results import write_results
+from diffmem.rundir import RunDir
+
+
+def _train(n: int = 12, d: int = 64, seed: int = 0) -> torch.Tensor:
+    return torch.rand((n, d), generator=torch.Generator().manual_seed(seed)) - 0.5
+
+
+def _line(step: int, samples: torch.Tensor, train: torch.Tensor) -> dict:
+    """A copies.jsonl line through the evaluation's own path."""
+    counts = copy_counts(memorized_fraction(samples, train, n_boot=1))
+    return {"step": step, "n_samples": len(samples), "seed": 0, "mem_threshold": 1 / 3, "n_train": len(train),
+            "nearest_idx": counts.nearest_idx, "nearest_n": counts.nearest_n, "copied_idx": counts.copied_idx,
+            "copied_n": counts.copied_n}
+
+
+def _samples(train: torch.Tensor, copied: list[int], n: int, seed: int) -> torch.Tensor:
+    noise = torch.rand((n - len(copied), train.shape[1]), generator=torch.Generator().manual_seed(seed)) * 4 - 2
+    return torch.cat([train[copied], noise]) if copied else noise
+
+
+def test_planted_copies_are_read_back_as_first_copy_steps():
+    train = _train()
+    plan = {3: 10, 5: 10, 7: 40}  # image -> the step from which it is copied
+    lines = []
+    for step in (1, 10, 20, 40, 80):
+        lines.append(_line(step, _samples(train, [i for i, s in plan.items() if s <= step], 64, step), train))
+    lines.append(_line(30, _samples(train, [3, 5, 9], 256, 30), train))  # a refinement evaluation: more samples
+    lines.append(_line(80, _samples(train, [3, 5, 7, 7], 64, 99), train))  # step 80 evaluated again: latest wins
+    tl = timeline(lines, len(train), 64)
+    first = {i: tl.first_copy_step[i] for i in range(len(train)) if math.isfinite(tl.first_copy_step[i])}
+    assert first == {3: 10, 5: 10, 7: 40, 9: 30}
+    assert tl.first_copy_bracket_lo[[3, 7, 9]].tolist() == [1, 30, 20]  # the evaluated step before: refinement too
+    assert tl.first_copy_n_samples[[3, 9]].tolist() == [64, 256]
+    assert tl.steps.tolist() == [1, 10, 20, 40, 80]  # the curves use the base evaluations only
+    assert tl.copied[-1, 7] == 2 and tl.copied[:, 3].tolist() == [0, 1, 1, 1, 1] and tl.copied[:, 9].sum() == 0
+    assert (tl.copied > 0).sum(1).tolist() == [0, 2, 2, 3, 3]
+
+
+def test_a_run_that_never_copies_has_an_empty_timeline():
+    train = _train()
+    lines = [_line(step, _samples(train, [], 32, step), train) for step in (1, 10, 100)]
+    tl = timeline(lines, len(train), 32)
+    assert np.isinf(tl.first_copy_step).all() and np.isnan(tl.first_copy_bracket_lo).all()
+    assert tl.copied.sum() == 0
+    corr = spearman_interval(tl.first_copy_step, np.arange(len(train), dtype=float))
+    assert corr.rho is None and corr.lo is None  # no order to relate
+    assert "no detectable relation" in descriptor_sentence("nn_train_distance", corr.to_dict())
+
+
+def test_identical_training_images_are_never_copies_and_near_duplicates_are_close():
+    train = _train(8)
+    train[1] = train[0]  # identical pair: a copy of either is d1 = d2, ratio 1
+    train[3] = train[2] + 1e-3  # near-duplicate pair: an exact copy of one is d1 = 0 < d2 / 3
+    line = _line(5, train[[0, 1, 2]], train)
+    assert line["copied_idx"] == [2]
+    assert 0 in line["nearest_idx"] and 1 not in line["nearest_idx"]  # ties go to the lowest index
+    near = nearest_distances(train, train, 2, exclude_self=True)
+    assert near[0, 0] == 0.0 and near[1, 0] == 0.0  # the other identical image, not itself
+    assert near[2, 0] == pytest.approx(1e-3 * math.sqrt(train.shape[1]), rel=1e-3)
+    assert near[4:, 0].min() > 0.5
+
+
+def test_nearest_distances_equal_a_float64_brute_force():
+    train, held = _train(40, 16, 1), _train(30, 16, 2)
+    train[7] = train[9]
+    brute = torch.cdist(train.double(), train.double(), compute_mode="donot_use_mm_for_euclid_dist")
+    brute.fill_diagonal_(math.inf)
+    expected = brute.sort(1).values[:, :5].numpy()
+    np.testing.assert_allclose(nearest_distances(train, train, 5, exclude_self=True), expected, rtol=1e-12, atol=0)
+    to_held = torch.cdist(train.double(), held.double(), compute_mode="donot_use_mm_for_euclid_dist")
+    np.testing.assert_allclose(nearest_distances(train, held, 1)[:, 0], to_held.min(1).values.numpy(), rtol=1e-12)
+    with pytest.raises(ValueError):
+        nearest_distances(train[:3], train[:3], 3, exclude_self=True)
+
+
+def test_copied_fraction_bootstrap_matches_its_closed_form_and_a_per_sample_brute_force():
+    counts, n = np.array([1, 1, 1, 2, 5, 30]), 200
+    draws = distinct_bootstrap(counts, n, 4000, np.random.default_rng(0))
+    expected = sum(1 - (1 - c / n) ** n for c in counts)  # E[distinct images among n redrawn samples]
+    assert draws.mean() == pytest.approx(expected, abs=4 * draws.std() / math.sqrt(len(draws)))
+    labels = np.concatenate([np.repeat(np.arange(len(counts)), counts), np.full(n - counts.sum(), -1)])
+    rng = np.random.default_rng(1)
+    brute = np.array([len(set(labels[rng.integers(0, n, n)].tolist()) - {-1}) for _ in range(4000)])
+    assert np.percentile(draws, [2.5, 50, 97.5]) == pytest.approx(np.percentile(brute, [2.5, 50, 97.5]), abs=1)
+    # with more samples at the same shares the interval narrows; images copied many times keep the point inside
+    wide = distinct_bootstrap(np.full(20, 10), 1000, 1000, np.random.default_rng(0)) / 100
+    narrow = distinct_bootstrap(np.full(20, 100), 10000, 1000, np.random.default_rng(0)) / 100
+    assert np.ptp(np.percentile(wide, [2.5, 97.5])) >= np.ptp(np.percentile(narrow, [2.5, 97.5]))
+    assert np.percentile(narrow, 2.5) <= 0.2 <= np.percentile(narrow, 97.5)
+    assert distinct_bootstrap(np.array([], dtype=int), 50, 10, np.random.default_rng(0)).tolist() == [0] * 10
+
+
+def test_spearman_with_ties_and_never_copied_equals_scipy():
+    rng = np.random.default_rng(3)
+    first = rng.choice([10.0, 20.0, 40.0, math.inf], size=(5, 30))
+    other = rng.choice([1.0, 2.0, 3.0], size=(5, 30))
+    for a, b, rho in zip(first, other, spearman_rows(first, other)):
+        assert rho == pytest.approx(spearmanr(a, b).statistic, abs=1e-12)
+    corr = spearman_interval(first[0], other[0])
+    assert corr.rho == pytest.approx(spearmanr(first[0], other[0]).statistic)
+    assert corr.lo <= corr.rho <= corr.hi and corr.n_images == 30
+    pooled = spearman_interval(first[:2], np.broadcast_to(other[0], (2, 30)))  # every (image, seed)
+    assert pooled.rho == pytest.approx(spearmanr(first[:2].ravel(), np.tile(other[0], 2)).statistic)
+    same = seed_stability(np.stack([first[0]] * 3))
+    assert (same.rho, same.lo, same.hi) == (pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
+    assert seed_stability(first[:1]) is None
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    """Digits, W = 8, N = 16 and 32 with two seeds each: images 0-3 copied from the 3rd evaluation, 4-5 from the
+    6th, the rest never; N = 32 seed 1 without copies.jsonl (a folder from before it), N = 16 seed 0 with a torn
+    last copies line and a refinement evaluation."""
+    root = tmp_path_factory.mktemp("images")
+    planted = write_synthetic_experiment(root, [16, 32], widths=[8], seeds=[0, 1], steps=10_000, n_evals=7,
+                                         n_samples=64, tau_gen=lambda n, w: 300.0, tau_mem=lambda n, w: 2000.0)
+    steps = [int(r["step"]) for r in RunDir(planted[0].path).metrics()]
+    plan = {i: steps[2] for i in range(4)} | {4: steps[5], 5: steps[5]}
+    for run in planted:
+        if (run.n, run.seed) != (32, 1):
+            write_planted_copies(run.path, plan, copies_per_image=2, noise_seed=run.seed,
+                                 refinements=[(steps[1], 128)] if (run.n, run.seed) == (16, 0) else ())
+    torn = planted[0].path / "copies.jsonl"
+    torn.write_text(torn.read_text() + '{"step": 99, "n_sam')
+    summary = write_results(root)
+    return root, planted, steps, plan, summary
+
+
+@pytest.mark.e2e
+@pytest.mark.xdist_group("images")  # one worker builds the planted experiment once
+def test_analyze_writes_the_image_tables_and_the_report_section(experiment):
+    root, planted, steps, plan, _ = experiment
+    for run in planted:
+        path = root / "images" / f"{run.name}.csv"
+        if (run.n, run.seed) == (32, 1):
+            assert not path.exists()  # no copies.jsonl: no table, no error
+            continue
+        rows = read_csv(path)
+        assert list(rows[0]) == list(IMAGE_COLUMNS) and len(rows) == run.n
+        assert {r["index"]: r["first_copy_step"] for r in rows if r["first_copy_step"] is not None} == plan
+        assert rows[4]["first_copy_bracket_lo"] == steps[4] and rows[0]["first_copy_bracket_lo"] == steps[1]
+        assert rows[0]["copies_last"] == 2 and rows[0]["evals_copied"] == len(steps) - 2
+        assert all(r[d] is not None and r[d] > 0 for r in rows for d in DESCRIPTORS)
+    assert (root / "n00016_w08_s0" / "copies.jsonl").read_text().endswith('"n_sam')  # torn line skipped, left as is
+    summary = {r["run"]: r for r in read_csv(root / "summary.csv")}
+    assert set(SUMMARY_IMAGE_COLUMNS) <= set(summary["n00016_w08_s0"])
+    assert summary["n00016_w08_s0"]["images_copied"] == 6
+    assert summary["n00016_w08_s0"]["copied_fraction_final"] == pytest.approx(6 / 16)
+    assert summary["n00032_w08_s1"]["images_copied"] is None
+    section = read_json(root / "fits.json")["images"]
+    cells = {(c["n"], c["width"]): c for c in section["cells"]}
+    assert cells[(16, 8)]["seed_stability"]["rho"] == pytest.approx(1.0)  # both seeds copy the planted images
+    assert cells[(16, 8)]["copied_fraction"]["mean"][-1] == pytest.approx(6 / 16)
+    assert section["n_stability"][0]["shared_images"] == 16 and section["n_stability"][0]["rho"] == pytest.approx(1)
+    text = (root / "report.md").read_text()
+    assert "## Which images are copied" in text and "- N = 16, W = 8 (2 seed(s))" in text
+
+
+@pytest.mark.e2e
+@pytest.mark.xdist_group("images")
+def test_image_figures_are_drawn_and_readable(experiment):
+    root, _, _, _, summary = experiment
+    drawn = {f.name: f for f in summary.figures}
+    for name in ("copied_fraction", "first_copy", "copied_images_n00016_w08", "copied_images_n00032_w08"):
+        assert drawn[name].skipped is None and (root / "figures" / f"{name}.png").is_file()
+        assert figure_problems(drawn[name].figure, expect_intervals=name == "copied_fraction", name=name) == []
+    assert "![copied_fraction](figures/copied_fraction.png)" in (root / "report.md").read_text()
+
+
+@pytest.mark.e2e
+def test_an_experiment_without_copies_has_no_image_output(tmp_path):
+    write_synthetic_experiment(tmp_path, [16], widths=[8], steps=1000, n_evals=5, tau_gen=lambda n, w: 100.0,
+                               tau_mem=lambda n, w: 500.0)
+    summary = write_results(tmp_path)
+    assert not (tmp_path / "images").exists() and "images" not in json.loads((tmp_path / "fits.json").read_text())
+    assert "Which images" not in (tmp_path / "report.md").read_text()
+    assert not any(f.name.startswith(("copied", "first_copy")) for f in summary.figures)
