@@ -226,10 +226,7 @@ class Evaluator:
         if annotate is not None:
             record |= annotate(record)
         counts = copy_counts(mem)
-        append_jsonl(self.run.copies_path, {
-            "step": step, "n_samples": n_draw, "seed": e.seed, "mem_threshold": e.mem_threshold,
-            "n_train": len(self.train_x), "nearest_idx": counts.nearest_idx, "nearest_n": counts.nearest_n,
-            "copied_idx": counts.copied_idx, "copied_n": counts.copied_n})
+        append_jsonl(self.run.copies_path, counts.record(step, n_draw, e.seed, e.mem_threshold, len(self.train_x)))
         append_jsonl(self.run.metrics_path, record)
         tensorboard_live.records_appended(self.cfg, self.run)
         fid_text = "off" if fid_value is None else f"{fid_value:.2f}"

@@ -1,4 +1,5 @@
-"""Crash-safe file writing: atomic replacement (temp file + fsync + rename) and append-only JSON lines.
+"""Crash-safe file writing: atomic replacement (temp file + fsync + rename) and append-only JSON lines, and the
+packed integer arrays that JSON lines carry (:func:`pack_counts`, :func:`unpack_counts`).
 
 A reader never sees a half-written file: every whole-file write goes to a temporary file in the same folder, is
 flushed to disk, then renamed over the target; ``keep_previous`` also keeps the file it replaces under another name.
@@ -9,6 +10,8 @@ the file, and leaves the old content in place.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import errno
 import io
 import json
@@ -16,9 +19,11 @@ import os
 import tempfile
 import time
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -211,3 +216,37 @@ def read_jsonl_numbered(path: str | Path) -> list[tuple[int, Any]]:
 def read_jsonl(path: str | Path) -> list[Any]:
     """The parsed recorded lines of ``path``, in file order (:func:`read_jsonl_numbered` without line numbers)."""
     return [record for _, record in read_jsonl_numbered(path)]
+
+
+COUNTS_ENCODING = "zlib-base64-uint32le"
+"""How :func:`pack_counts` writes an array: little-endian uint32, zlib-compressed, base64 text."""
+
+
+class PackedCountsError(ValueError):
+    """A packed array that cannot be read back (not base64, not zlib, not the expected length)."""
+
+
+def pack_counts(counts: np.ndarray) -> str:
+    """A (n,) array of non-negative integers below 2**32 as JSON-safe text (:data:`COUNTS_ENCODING`). A dense
+    array of counts that are mostly 0 compresses well: 32768 counts of 10000 samples take about 9 kB."""
+    values = np.asarray(counts)
+    if values.ndim != 1 or (values.size and (values.min() < 0 or values.max() >= 2 ** 32)):
+        raise ValueError("pack_counts takes a 1-d array of integers in [0, 2**32)")
+    return base64.b64encode(zlib.compress(values.astype("<u4").tobytes(), 6)).decode("ascii")
+
+
+def unpack_counts(text: object, length: int) -> np.ndarray:
+    """The (length,) int64 array that :func:`pack_counts` wrote; :class:`PackedCountsError` when ``text`` is not
+    such an array of exactly ``length`` values. The text may come from someone else: it is decompressed to at most
+    the expected size (no decompression bomb), never evaluated."""
+    if not isinstance(text, str):
+        raise PackedCountsError(f"it is {type(text).__name__}, not packed text")
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+        unzip = zlib.decompressobj()
+        data = unzip.decompress(raw, 4 * length + 1)
+    except (binascii.Error, UnicodeEncodeError, zlib.error) as e:
+        raise PackedCountsError(f"it is not {COUNTS_ENCODING} text ({type(e).__name__})") from None
+    if len(data) != 4 * length or not unzip.eof or unzip.unused_data:
+        raise PackedCountsError(f"it does not hold exactly {length} uint32 values")
+    return np.frombuffer(data, dtype="<u4").astype(np.int64)

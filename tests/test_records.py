@@ -8,6 +8,7 @@ one line on stderr, the folder byte for byte as it was.
 """
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -15,14 +16,19 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_pairs, write_synthetic_run
 from diffmem.cli import main
-from diffmem.io import NotAppendable, TORN_SUFFIX, append_jsonl, read_jsonl
-from diffmem.rundir import PAIRS_FILE, RecordError, RunDir
+from diffmem.io import (COUNTS_ENCODING, NotAppendable, PackedCountsError, TORN_SUFFIX, append_jsonl, pack_counts,
+                        read_jsonl, unpack_counts)
+from diffmem.metrics.memorization import CopyCounts, copy_counts, memorized_fraction
+from diffmem.rundir import PAIRS_FILE, RecordError, RunDir, copies_lines
 from tiny_runs import TINY, TINY_GRID, sets
 
 
@@ -440,3 +446,60 @@ def test_a_stop_signal_ends_a_debug_sweep_after_saving_the_run_in_progress(tmp_p
     other = next(r for r in runs if r is not started[0])
     assert not other.state_path.exists() and not other.checkpoint_steps()
     assert "the sweep stops here (1 more run(s) not started)" in out and "stopped by a signal" in out
+
+
+# --- copies.jsonl: packed counts -------------------------------------------------------------------------------------
+
+def _copies_line(n_train: int = 40, seed: int = 0) -> tuple[dict, CopyCounts]:
+    """A packed copies.jsonl line through the evaluation's own path: 3 copies of image 5, 2 of image 17, noise."""
+    g = torch.Generator().manual_seed(seed)
+    train = torch.rand((n_train, 16), generator=g)
+    samples = torch.cat([train[[5, 5, 5, 17, 17]], torch.rand((25, 16), generator=g) * 3 - 1])
+    counts = copy_counts(memorized_fraction(samples, train, n_boot=1))
+    return counts.record(7, len(samples), 0, 1 / 3, n_train), counts
+
+
+def test_a_packed_copies_line_reads_back_exactly_and_a_plain_line_still_reads(tmp_path):
+    line, counts = _copies_line()
+    assert line["encoding"] == COUNTS_ENCODING and "nearest_idx" not in line
+    plain = {k: v for k, v in line.items() if k not in ("encoding", "nearest", "copied")} | counts.__dict__
+    path = tmp_path / "copies.jsonl"
+    append_jsonl(path, line)
+    append_jsonl(path, plain)
+    (_, packed_back), (_, plain_back) = copies_lines(path, budget=10, n_train=40, min_samples=30)
+    assert packed_back == plain_back == plain
+    assert packed_back["copied_idx"] == [5, 17] and packed_back["copied_n"] == [3, 2]
+    assert sum(packed_back["nearest_n"]) == 30
+
+
+def test_pack_counts_round_trips_and_refuses_what_is_not_its_array():
+    values = np.array([0, 3, 0, 0, 2**32 - 1, 1], dtype=np.int64)
+    assert unpack_counts(pack_counts(values), 6).tolist() == values.tolist()
+    bomb = base64.b64encode(zlib.compress(b"\0" * 10**7)).decode()  # 10 MB of zeros where 6 values are expected
+    for text, says in ((pack_counts(values), "exactly 5"), (bomb, "exactly 6"), ("not base64!", "not zlib"),
+                       (base64.b64encode(b"plain").decode(), "not zlib"), (12, "not packed text")):
+        with pytest.raises(PackedCountsError, match=says.replace("not zlib", COUNTS_ENCODING)):
+            unpack_counts(text, 5 if says == "exactly 5" else 6)
+    with pytest.raises(ValueError):
+        pack_counts(np.array([-1]))
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda r: r | {"nearest": r["nearest"][:-8]}, "its counts cannot be unpacked"),
+    (lambda r: r | {"encoding": "pickle"}, "its counts cannot be unpacked: 'encoding' is 'pickle'"),
+    (lambda r: r | {"copied": r["nearest"]}, None),  # every nearest image copied: allowed
+    (lambda r: r | {"nearest": r["copied"]}, "'nearest_n' sums to 5, not n_samples = 30"),
+    (lambda r: r | {"n_train": 41}, "'n_train' is 41, not the run's N = 40"),
+    (lambda r: r | {"step": 11}, "'step' is 11, beyond the run's budget"),
+])
+def test_a_damaged_copies_line_is_one_record_error(tmp_path, damage, says):
+    line, _ = _copies_line()
+    path = tmp_path / "copies.jsonl"
+    append_jsonl(path, damage(line))
+    if says is None:
+        assert len(copies_lines(path, budget=10, n_train=40, min_samples=30)) == 1
+        return
+    with pytest.raises(RecordError) as refused:
+        copies_lines(path, budget=10, n_train=40, min_samples=30)
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and f"copies.jsonl line 1: {says}" in message, message

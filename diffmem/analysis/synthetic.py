@@ -346,7 +346,5 @@ def write_planted_copies(run_dir: str | Path, first_copy: dict[int, int], *, cop
         noise = torch.rand((n_samples - len(copies), *train.shape[1:]), generator=rng) - splits.mean
         result = memorized_fraction(torch.cat([copies, noise]), train, threshold=cfg.eval.mem_threshold, n_boot=1)
         counts = copy_counts(result)
-        append_jsonl(run.copies_path, {
-            "step": step, "n_samples": n_samples, "seed": cfg.eval.seed, "mem_threshold": cfg.eval.mem_threshold,
-            "n_train": len(train), "nearest_idx": counts.nearest_idx, "nearest_n": counts.nearest_n,
-            "copied_idx": counts.copied_idx, "copied_n": counts.copied_n})
+        line = counts.record(step, n_samples, cfg.eval.seed, cfg.eval.mem_threshold, len(train))
+        append_jsonl(run.copies_path, line)

@@ -7,10 +7,10 @@ a last line without its newline is not recorded) is checked before anything uses
 integer with 0 <= step <= the run's budget (``train.steps``, optimizer steps); every number finite (no NaN or
 infinity, in lists too); the measures numbers or null, fractions in [0, 1]; ``n_samples`` an integer of at least
 the run's ``eval.n_samples`` (an evaluation never draws fewer); the per-level lists of a metrics line (``loss_ts``
-and the lists beside it) lists of numbers as long as ``loss_ts``, the AUCs in [0, 1]; a copies line's index lists
-increasing, inside the train set, their counts positive and summing to at most its ``n_samples`` (the nearest
-counts to exactly that), no image copied by more samples than it is nearest to; a pairs line's ids strings and N,
-W, seed integers.
+and the lists beside it) lists of numbers as long as ``loss_ts``, the AUCs in [0, 1]; a copies line's packed counts
+unpacked to exactly ``n_train`` values, its index lists increasing, inside the train set, their counts positive and
+summing to at most its ``n_samples`` (the nearest counts to exactly that), no image copied by more samples than it
+is nearest to; a pairs line's ids strings and N, W, seed integers.
 A bad line is never used and never skipped silently: it is a one-line :class:`RecordError` naming the file, the
 line and what is wrong, and saying what to do (the command stops with exit code 2 and changes nothing).
 """
@@ -20,7 +20,9 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from diffmem.io import read_jsonl_numbered
+import numpy as np
+
+from diffmem.io import COUNTS_ENCODING, PackedCountsError, read_jsonl_numbered, unpack_counts
 
 METRICS_NUMBERS = ("f_mem", "f_mem_lo", "f_mem_hi", "mem_threshold", "fid", "fid_std", "fid_boot_std", "train_loss",
                    "test_loss", "loss_t", "images_seen", "train_s", "wall_s", "sample_s", "nn_s", "fid_s", "loss_s",
@@ -29,7 +31,7 @@ METRICS_NUMBERS = ("f_mem", "f_mem_lo", "f_mem_hi", "mem_threshold", "fid", "fid
 LEVEL_LISTS = ("loss_steps", "train_losses", "test_losses", "loss_gap_lo", "loss_gap_hi", "auc", "auc_lo", "auc_hi")
 """Keys of a metrics.jsonl line that hold one number per noise level of its ``loss_ts`` (absent or null: none)."""
 COPIES_LISTS = (("nearest_idx", "nearest_n"), ("copied_idx", "copied_n"))
-"""The (indices, counts) list pairs of a copies.jsonl line."""
+"""The (indices, counts) list pairs of a copies.jsonl line once unpacked (:func:`unpacked_copies`)."""
 PAIRS_NUMBERS = ("bias", "bias_lo", "bias_hi", "pair_distance", "pair_distance_lo", "pair_distance_hi",
                  "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a", "f_mem_b", "wall_s")
 """Keys of a pairs.jsonl line that hold a number or null."""
@@ -125,6 +127,23 @@ def _levels_problem(record: dict[str, Any]) -> str | None:
     return None
 
 
+def unpacked_copies(record: dict[str, Any]) -> dict[str, Any]:
+    """A copies.jsonl line with its counts as the sparse lists ``nearest_idx``, ``nearest_n``, ``copied_idx``,
+    ``copied_n`` (increasing indices into the train set, positive counts): a packed line (``encoding``,
+    ``nearest``, ``copied``: dense arrays, :func:`diffmem.io.pack_counts`) is unpacked, a line of plain lists (the
+    first format) is returned as it is. Raises PackedCountsError or KeyError when it cannot be unpacked."""
+    if "encoding" not in record:
+        return record
+    if record["encoding"] != COUNTS_ENCODING:
+        raise PackedCountsError(f"'encoding' is {record['encoding']!r}, not {COUNTS_ENCODING!r}")
+    out = {k: v for k, v in record.items() if k not in ("encoding", "nearest", "copied")}
+    for key in ("nearest", "copied"):
+        counts = unpack_counts(record.get(key), record["n_train"])
+        idx = np.flatnonzero(counts)
+        out[f"{key}_idx"], out[f"{key}_n"] = idx.tolist(), counts[idx].tolist()
+    return out
+
+
 def copies_problem(record: Any, *, budget: int | None = None, n_train: int | None = None,
                    min_samples: int | None = None) -> str | None:
     """What is wrong with one copies.jsonl line (a phrase naming the key), None when it can be used; ``n_train``:
@@ -133,8 +152,14 @@ def copies_problem(record: Any, *, budget: int | None = None, n_train: int | Non
                              ints=("n_samples", "n_train"))
     if problem is not None:
         return problem
+    if record["n_train"] < 1:
+        return f"'n_train' is {record['n_train']}, not a positive integer"
     if n_train is not None and record["n_train"] != n_train:
         return f"'n_train' is {record['n_train']}, not the run's N = {n_train}: a line of another run"
+    try:
+        record = unpacked_copies(record)
+    except PackedCountsError as e:
+        return f"its counts cannot be unpacked: {e}"
     counted = {}
     for idx_key, n_key in COPIES_LISTS:
         idx, counts = record.get(idx_key), record.get(n_key)
@@ -183,11 +208,12 @@ def metrics_lines(path: str | Path, budget: int | None = None,
 def copies_lines(path: str | Path, budget: int | None = None, n_train: int | None = None,
                  min_samples: int | None = None) -> list[tuple[int, dict[str, Any]]]:
     """(line number, record) of every line of a run's copies.jsonl, in file order, each validated
-    (:func:`copies_problem`); [] when the file is missing (a folder written before it). Raises :class:`RecordError`
-    for the first bad line."""
+    (:func:`copies_problem`) and with its counts as sparse lists (:func:`unpacked_copies`); [] when the file is
+    missing (a folder written before it). Raises :class:`RecordError` for the first bad line."""
     path = Path(path)
-    return validated_lines(path, lambda r: copies_problem(r, budget=budget, n_train=n_train, min_samples=min_samples),
-                           f"`diffmem evaluate {path.parent}` evaluates a checkpoint's step again")
+    lines = validated_lines(path, lambda r: copies_problem(r, budget=budget, n_train=n_train, min_samples=min_samples),
+                            f"`diffmem evaluate {path.parent}` evaluates a checkpoint's step again")
+    return [(number, unpacked_copies(record)) for number, record in lines]
 
 
 def pairs_lines(path: str | Path, budgets: dict[str, int] | None = None) -> list[tuple[int, dict[str, Any]]]:
