@@ -1,7 +1,7 @@
 """Which training images are copied, and when (diffmem.analysis.images, diffmem.figures.images): planted copies
 read back exactly as first-copy steps, a run that never copies, identical and near-duplicate training images, the
-descriptors against a float64 brute force, the copied fraction's bootstrap against its closed form and a per-sample
-brute force, Spearman's rho against scipy, and `diffmem analyze` on a planted experiment with copies.jsonl."""
+descriptors against a float64 brute force, the copied fraction's Garwood interval against scipy and its coverage
+of planted multinomial draws, Spearman's rho against scipy, and `diffmem analyze` on a planted experiment with copies.jsonl."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.stats import spearmanr
+from scipy.stats import chi2, spearmanr
 
 from diffmem.analysis.images import (DESCRIPTORS, IMAGE_COLUMNS, SUMMARY_IMAGE_COLUMNS, descriptor_sentence,
-                                     distinct_bootstrap, nearest_distances, seed_stability, spearman_interval,
+                                     distinct_interval, nearest_distances, seed_stability, spearman_interval,
                                      spearman_rows, timeline)
 from diffmem.analysis.runfiles import read_csv, read_json
 from diffmem.analysis.synthetic import write_planted_copies, write_synthetic_experiment
@@ -95,21 +95,33 @@ def test_nearest_distances_equal_a_float64_brute_force():
         nearest_distances(train[:3], train[:3], 3, exclude_self=True)
 
 
-def test_copied_fraction_bootstrap_matches_its_closed_form_and_a_per_sample_brute_force():
-    counts, n = np.array([1, 1, 1, 2, 5, 30]), 200
-    draws = distinct_bootstrap(counts, n, 4000, np.random.default_rng(0))
-    expected = sum(1 - (1 - c / n) ** n for c in counts)  # E[distinct images among n redrawn samples]
-    assert draws.mean() == pytest.approx(expected, abs=4 * draws.std() / math.sqrt(len(draws)))
-    labels = np.concatenate([np.repeat(np.arange(len(counts)), counts), np.full(n - counts.sum(), -1)])
-    rng = np.random.default_rng(1)
-    brute = np.array([len(set(labels[rng.integers(0, n, n)].tolist()) - {-1}) for _ in range(4000)])
-    assert np.percentile(draws, [2.5, 50, 97.5]) == pytest.approx(np.percentile(brute, [2.5, 50, 97.5]), abs=1)
-    # with more samples at the same shares the interval narrows; images copied many times keep the point inside
-    wide = distinct_bootstrap(np.full(20, 10), 1000, 1000, np.random.default_rng(0)) / 100
-    narrow = distinct_bootstrap(np.full(20, 100), 10000, 1000, np.random.default_rng(0)) / 100
-    assert np.ptp(np.percentile(wide, [2.5, 97.5])) >= np.ptp(np.percentile(narrow, [2.5, 97.5]))
-    assert np.percentile(narrow, 2.5) <= 0.2 <= np.percentile(narrow, 97.5)
-    assert distinct_bootstrap(np.array([], dtype=int), 50, 10, np.random.default_rng(0)).tolist() == [0] * 10
+def test_the_garwood_interval_equals_scipy_and_is_capped():
+    lo, hi = distinct_interval(7, 1000)
+    assert lo == pytest.approx(chi2.ppf(0.025, 14) / 2) and hi == pytest.approx(chi2.ppf(0.975, 16) / 2)
+    assert distinct_interval(0, 1000) == (0.0, pytest.approx(-math.log(0.025)))  # k = 0: [0, 3.69]
+    assert distinct_interval(9, 10)[1] == 10.0  # never more images than the train set holds
+
+
+@pytest.mark.parametrize("n_train, n_samples, copy_share, zipf", [
+    (64, 1000, 0.002, 1.0),  # a handful of copies, mostly one per image
+    (64, 1000, 0.05, 1.0),  # tens of copies on a skewed set of images
+    (256, 1000, 0.01, 0.0),  # uniform over images, mostly singletons
+    (32, 10000, 0.02, 2.0),  # refinement counts: few images, many copies each
+])
+def test_the_copied_fraction_interval_covers_the_expected_fraction_of_planted_multinomial_draws(
+        n_train, n_samples, copy_share, zipf):
+    """Planted: each sample copies image i with probability p_i (Zipf-like shares summing to copy_share), else
+    nothing; the estimand E[D] = sum_i 1 - (1 - p_i)^n exactly. 2000 draws: coverage at least 95 % minus 2 binomial
+    standard errors (the interval is meant to be conservative)."""
+    rng = np.random.default_rng(0)
+    weights = 1.0 / np.arange(1, n_train + 1) ** zipf
+    p = copy_share * weights / weights.sum()
+    expected = float(np.sum(1 - (1 - p) ** n_samples))
+    counts = rng.multinomial(n_samples, np.append(p, 1 - p.sum()), size=2000)[:, :n_train]
+    distinct = (counts > 0).sum(1)
+    ends = np.array([distinct_interval(int(d), n_train) for d in distinct])
+    coverage = np.mean((ends[:, 0] <= expected) & (expected <= ends[:, 1]))
+    assert coverage >= 0.95 - 2 * math.sqrt(0.95 * 0.05 / 2000), (coverage, expected)
 
 
 def test_spearman_with_ties_and_never_copied_equals_scipy():

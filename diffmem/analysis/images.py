@@ -27,14 +27,19 @@ Rules (docs/analysis.md, "Which images are copied"):
   the run's base eval.n_samples, so that one curve is one estimator;
 - never-copied images have first_copy_step empty in the CSV and count as +inf (tied last) in the correlations.
 
-Intervals (95 %, percentile bootstrap, fixed seeds, :data:`N_BOOT` resamples):
+Intervals (95 %; the correlations by percentile bootstrap with fixed seeds and :data:`N_BOOT` resamples):
 
-- copied fraction: the evaluation's n samples are resampled with replacement from the multiset its counts imply
-  (copied_n samples on each copied image, the rest copying nothing), as one multinomial draw per resample
-  (:func:`distinct_bootstrap`); a cell's curve is the mean over its seeds at the steps they share, its interval the
-  percentiles of the mean of the seeds' resamples. Note: a resample misses an image copied by a single sample with
-  probability (1 - 1/n)^n ~ 0.37, so where most copied images have one copy the resampled counts lie below the
-  point value and the interval can sit under it: it measures the sampling spread, not an unbiased range;
+- copied fraction: the number D of distinct images an evaluation's n samples copy estimates E[D], the expected
+  number for n samples of that model (the estimand; the fraction is D / N). The indicators "image i copied at least
+  once" are functions of multinomial counts, which are negatively associated, so Var D <= sum_i q_i (1 - q_i) <=
+  E[D]: D is at most as dispersed as a Poisson count of the same mean. The interval is Garwood's exact Poisson
+  interval for the mean of D (:func:`distinct_interval`, chi-square quantiles from scipy), capped at N, divided by N:
+  conservative where D is under-dispersed, exact in the Poisson limit (many images, each rarely copied); its
+  coverage on planted multinomial draws is checked in the tests. A cell's curve is the mean over its seeds (the same
+  base step in each); the seeds' counts are independent, so their sum is again at most Poisson-dispersed and the
+  cell's interval is the Garwood interval of the summed count divided by (seeds x N). A percentile bootstrap over
+  the samples is not used: a resample misses an image copied by one sample with probability (1 - 1/n)^n ~ 0.37, so
+  its interval sits under the point value where most copied images have one copy;
 - rank correlations: Spearman's rho (ties averaged) between first_copy_step and each descriptor, the interval over
   resamples of the images (:func:`spearman_interval`); pooled over a cell's seeds as one rho over every (image,
   seed), with a cluster bootstrap (images resampled, each with all of its seeds);
@@ -56,6 +61,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from scipy import stats
 from scipy.stats import rankdata, spearmanr
 
 from diffmem.analysis.runfiles import RunRecord, write_csv
@@ -214,22 +220,14 @@ def timeline(lines: Sequence[dict[str, Any]], n_train: int, base_n_samples: int)
                     np.array([line["n_samples"] for line in base], dtype=np.int64), copied, first, bracket, first_n)
 
 
-def distinct_bootstrap(copied_n: np.ndarray, n_samples: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot,) numbers of distinct images copied by ``n_samples`` samples redrawn with replacement from the
-    multiset of one evaluation: ``copied_n[i]`` samples copy image i, the other ``n_samples - sum(copied_n)`` copy
-    nothing. One multinomial draw per resample (the counts of a resample of n samples are Multinomial(n, counts /
-    n)), in blocks of at most 4M counts."""
-    counts = np.asarray(copied_n, dtype=np.int64)
-    k = len(counts)
-    if k == 0:
-        return np.zeros(n_boot)
-    pvals = np.append(counts, n_samples - counts.sum()) / n_samples
-    out = np.empty(n_boot)
-    per_draw = max(1, _BLOCK // (k + 1))
-    for start in range(0, n_boot, per_draw):
-        draws = rng.multinomial(n_samples, pvals, size=min(per_draw, n_boot - start))
-        out[start:start + len(draws)] = (draws[:, :k] > 0).sum(1)
-    return out
+def distinct_interval(count: int, limit: int, level: float = LEVEL) -> tuple[float, float]:
+    """Garwood's exact Poisson interval at ``level`` for the mean of a count ``count`` of distinct copied images,
+    capped at ``limit`` (the images that could be copied): [chi2(a/2; 2k) / 2, chi2(1 - a/2; 2k + 2) / 2] with
+    a = 1 - level, the lower end 0 for k = 0 (module docstring: why a Poisson interval is conservative here)."""
+    tail = (1.0 - level) / 2.0
+    lo = 0.0 if count == 0 else float(stats.chi2.ppf(tail, 2 * count)) / 2.0
+    hi = float(stats.chi2.ppf(1.0 - tail, 2 * count + 2)) / 2.0
+    return min(lo, float(limit)), min(hi, float(limit))
 
 
 def _percentiles(values: np.ndarray) -> tuple[float | None, float | None]:
@@ -239,17 +237,6 @@ def _percentiles(values: np.ndarray) -> tuple[float | None, float | None]:
     tail = 100.0 * (1.0 - LEVEL) / 2.0
     lo, hi = np.percentile(values, [tail, 100.0 - tail])
     return float(lo), float(hi)
-
-
-def fraction_draws(tl: Timeline, n_boot: int = N_BOOT) -> np.ndarray:
-    """(E, n_boot) resampled copied fractions (distinct images copied / N) of each base evaluation of ``tl``
-    (:func:`distinct_bootstrap`, the generator of step s seeded [BOOT_SEED, s])."""
-    out = np.empty((len(tl.steps), n_boot))
-    for e, (step, n) in enumerate(zip(tl.steps, tl.n_samples)):
-        row = tl.copied[e]
-        out[e] = distinct_bootstrap(row[row > 0], int(n), n_boot,
-                                    np.random.default_rng([BOOT_SEED, int(step)])) / tl.n_train
-    return out
 
 
 # --- rank correlations ----------------------------------------------------------------------------------------------
@@ -346,13 +333,17 @@ class RunImages:
     source_start: int  # the source index of the run's image 0 (data.subset_index * N)
     descriptors: dict[str, np.ndarray] | None
     descriptors_note: str | None
-    draws: np.ndarray  # (E, N_BOOT) resampled copied fractions of the base evaluations
     correlations: dict[str, Correlation] = field(default_factory=dict)
+
+    @property
+    def images_copied(self) -> np.ndarray:
+        """(E,) distinct images copied by each base evaluation."""
+        return (self.timeline.copied > 0).sum(1)
 
     @property
     def fraction(self) -> np.ndarray:
         """(E,) distinct images copied by each base evaluation / N."""
-        return (self.timeline.copied > 0).sum(1) / self.timeline.n_train
+        return self.images_copied / self.timeline.n_train
 
     def table(self) -> list[dict[str, Any]]:
         """The rows of ``images/<run>.csv``."""
@@ -369,11 +360,11 @@ class RunImages:
         r, tl = self.record, self.timeline
         rows = []
         for e, step in enumerate(tl.steps):
-            lo, hi = _percentiles(self.draws[e])
+            lo, hi = distinct_interval(int(self.images_copied[e]), tl.n_train)
             rows.append({"run": r.name, "n": r.n, "width": r.width, "seed": r.seed, "step": int(step),
-                         "n_samples": int(tl.n_samples[e]), "images_copied": int((tl.copied[e] > 0).sum()),
-                         "copied_fraction": float(self.fraction[e]), "copied_fraction_lo": lo,
-                         "copied_fraction_hi": hi})
+                         "n_samples": int(tl.n_samples[e]), "images_copied": int(self.images_copied[e]),
+                         "copied_fraction": float(self.fraction[e]), "copied_fraction_lo": lo / tl.n_train,
+                         "copied_fraction_hi": hi / tl.n_train})
         return rows
 
     def summary(self) -> dict[str, Any]:
@@ -400,8 +391,7 @@ def run_images(record: RunRecord, lines: Sequence[dict[str, Any]], base_n_sample
     """The per-image results of one run from its validated copies.jsonl ``lines`` (see :func:`timeline`) and its
     train set's ``descriptors`` (None: not available, ``descriptors_note`` says why)."""
     tl = timeline(lines, record.n, base_n_samples)
-    out = RunImages(record, tl, record.config.data.subset_index * record.n, descriptors, descriptors_note,
-                    fraction_draws(tl))
+    out = RunImages(record, tl, record.config.data.subset_index * record.n, descriptors, descriptors_note)
     if descriptors is not None:
         out.correlations = {d: spearman_interval(tl.first_copy_step, descriptors[d]) for d in DESCRIPTORS}
     return out
@@ -432,12 +422,13 @@ class ImagesAnalysis:
 
 def _cell_curve(runs: Sequence[RunImages]) -> dict[str, Any]:
     """A cell's copied fraction against the step: mean over seeds at the base steps all its seeds evaluated, the
-    interval from the mean of the seeds' resamples."""
+    interval the Garwood interval of the seeds' summed count over (seeds x N) (module docstring)."""
     shared = sorted(set.intersection(*(set(r.timeline.steps.tolist()) for r in runs)))
     rows = {"step": [], "n_samples": [], "mean": [], "lo": [], "hi": []}
     for step in shared:
         at = [int(np.flatnonzero(r.timeline.steps == step)[0]) for r in runs]
-        lo, hi = _percentiles(np.mean([r.draws[e] for r, e in zip(runs, at)], axis=0))
+        limit = sum(r.timeline.n_train for r in runs)
+        lo, hi = (v / limit for v in distinct_interval(sum(int(r.images_copied[e]) for r, e in zip(runs, at)), limit))
         rows["step"].append(step)
         rows["n_samples"].append(int(runs[0].timeline.n_samples[at[0]]))
         rows["mean"].append(float(np.mean([r.fraction[e] for r, e in zip(runs, at)])))
