@@ -209,3 +209,20 @@ def test_an_experiment_without_copies_has_no_image_output(tmp_path):
     assert not (tmp_path / "images").exists() and "images" not in json.loads((tmp_path / "fits.json").read_text())
     assert "Which images" not in (tmp_path / "report.md").read_text()
     assert not any(f.name.startswith(("copied", "first_copy")) for f in summary.figures)
+
+
+@pytest.mark.e2e
+def test_analyze_refuses_a_damaged_copies_line_in_one_line_and_writes_nothing(tmp_path, capsys):
+    from diffmem.cli import main
+    planted = write_synthetic_experiment(tmp_path, [16], widths=[8], seeds=[0], steps=10_000, n_evals=5,
+                                         n_samples=64, tau_gen=lambda n, w: 300.0, tau_mem=lambda n, w: 2000.0)
+    write_planted_copies(planted[0].path, {0: 2000}, copies_per_image=2)
+    path = planted[0].path / "copies.jsonl"
+    lines = path.read_text().splitlines()
+    line = json.loads(lines[1])
+    lines[1] = json.dumps(line | {"nearest": line["copied"]})  # the nearest counts no longer sum to n_samples
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["analyze", str(tmp_path), "--no-figures"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "copies.jsonl line 2: 'nearest_n' sums to" in err, err
+    assert not (tmp_path / "summary.csv").exists() and not (tmp_path / "images").exists()
