@@ -145,6 +145,7 @@ def signals_section(rows: Sequence[dict[str, Any]], fits_json: Mapping[str, Any]
         ["No lag law (no run has both a signal and tau_mem measured)."]
     onsets = [law for law in calibration.get("laws", []) if law["reference"] == "tau_mem"]
     if onsets:
-        lines += ["", "In words (against the onset tau_mem):", ""] + [f"- {law['sentence']}" for law in onsets]
+        lines += ["", "In words (against the onset tau_mem):", ""] + [f"- {law['runs']}: {law['sentence']}"
+                                                                      for law in onsets]
     return lines + [""]
 
