@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import io
 import re
+import subprocess
 import shlex
 from pathlib import Path
 
@@ -274,14 +275,27 @@ path (not ``runs/tmp/`` or a URL's ``.../tmp/``). The reader's own home, ``~/`` 
 BINARY_SUFFIXES = {".png", ".pdf", ".pt", ".pth", ".npz", ".npy", ".jpg", ".jpeg", ".gif"}
 
 
+def git_ignored(paths: list[Path]) -> set[Path]:
+    """The paths among ``paths`` that the repository's .gitignore keeps out of it (none when git is missing or this
+    is not a checkout): a run's job logs and weights in a development checkout are not shipped."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--stdin"], capture_output=True, text=True,
+                             input="\n".join(str(p.relative_to(ROOT)) for p in paths), timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {ROOT / line for line in out.stdout.splitlines()} if out.returncode in (0, 1) else set()
+
+
 def shipped_text_files() -> list[Path]:
     """The text files of what the repository ships to readers: the front page, docs, experiments, results,
-    benchmarks, notebooks and the package."""
+    benchmarks, notebooks and the package, less what .gitignore keeps out."""
     patterns = ["README.md", "docs/**/*", "experiments/**/*", "results/**/*", "benchmarks/**/*", "notebooks/**/*",
                 "diffmem/**/*.py"]
-    return sorted({path for pattern in patterns for path in ROOT.glob(pattern)
-                   if path.is_file() and path.suffix.lower() not in BINARY_SUFFIXES
-                   and "__pycache__" not in path.parts and ".ipynb_checkpoints" not in path.parts})
+    found = sorted({path for pattern in patterns for path in ROOT.glob(pattern)
+                    if path.is_file() and path.suffix.lower() not in BINARY_SUFFIXES
+                    and "__pycache__" not in path.parts and ".ipynb_checkpoints" not in path.parts})
+    ignored = git_ignored(found)
+    return [path for path in found if path not in ignored]
 
 
 def test_machine_path_rule():
