@@ -28,7 +28,8 @@ from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.fid import fid_sets, make_reference_key
 from diffmem.metrics.losses import level_gaps, loss_gap, per_image_losses
 from diffmem.metrics.membership import membership_aucs
-from diffmem.metrics.memorization import copy_counts, memorized_fraction
+from diffmem.copyrecord import append_copies
+from diffmem.metrics.memorization import memorized_fraction
 from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
 from diffmem.rundir import RunDir, RunLock
@@ -225,8 +226,7 @@ class Evaluator:
         }
         if annotate is not None:
             record |= annotate(record)
-        counts = copy_counts(mem)
-        append_jsonl(self.run.copies_path, counts.record(step, n_draw, e.seed, e.mem_threshold, len(self.train_x)))
+        append_copies(self.run, mem, samples, self.splits.mean, step, e.seed, len(self.train_x))
         append_jsonl(self.run.metrics_path, record)
         tensorboard_live.records_appended(self.cfg, self.run)
         fid_text = "off" if fid_value is None else f"{fid_value:.2f}"

@@ -1,4 +1,5 @@
-"""The sample grid of one evaluation: generated samples above their nearest training images, copies framed in red.
+"""The sample grid of one evaluation: generated samples above their nearest training images, copies framed in red;
+and the strip of first copies: one copy of each training image first copied at that evaluation.
 
 ``write_sample_grid`` draws it with torchvision's ``make_grid`` and writes ``<run>/samples/step_XXXXXXXXX.png``
 atomically (``diffmem.evaluate`` at every evaluation; ``diffmem.analysis.synthetic`` for planted runs). Layout, in
@@ -12,8 +13,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torchvision.utils import make_grid, save_image
 
 from diffmem.io import atomic_write_bytes
@@ -63,3 +66,31 @@ def write_sample_grid(path: str | Path, samples: torch.Tensor, nearest: torch.Te
     save_image(sample_grid(samples, nearest, memorized), buffer, format="png")
     atomic_write_bytes(path, buffer.getvalue())
     return Path(path)
+
+
+FIRST_COPY_TILES = 64
+"""At most this many first copies are kept per evaluation (the training images first copied there, in index order)."""
+
+
+def write_first_copies(path: str | Path, copies: torch.Tensor) -> Path:
+    """Write the (k, C, S, S) copies (pixels in [0, 1]) as one PNG row of k tiles of S x S, no padding, atomically:
+    ``<run>/samples/first_copies_step_XXXXXXXXX.png``; tile j is the copy of the j-th image of the copies.jsonl
+    line's ``first_copies``."""
+    buffer = io.BytesIO()
+    save_image(make_grid(copies.float().cpu(), nrow=len(copies), padding=0), buffer, format="png")
+    atomic_write_bytes(path, buffer.getvalue())
+    return Path(path)
+
+
+def read_first_copies(path: str | Path, count: int, size: int) -> torch.Tensor | None:
+    """The ``count`` tiles (count, 3, size, size) uint8 of a first-copies strip, or None when the file is missing,
+    unreadable or not ``count`` tiles of ``size`` x ``size`` (a folder from someone else: decoded by Pillow as an
+    image, within its decompression-bomb limit, and never trusted for its shape)."""
+    try:
+        with Image.open(path) as image:
+            strip = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    if tuple(strip.shape) != (3, size, size * count):
+        return None
+    return strip.reshape(3, size, count, size).permute(2, 0, 1, 3).contiguous()

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("diffmem", "diffmem.io", "diffmem.config", "diffmem.outcomes", "diffmem.eval_grid")),
     ("building blocks", ("diffmem.device", "diffmem.acceleration", "diffmem.data", "diffmem.model",
                          "diffmem.diffusion", "diffmem.metrics", "diffmem.experiment", "diffmem.samplegrid",
-                         "diffmem.rundir", "diffmem.jobrecords")),
+                         "diffmem.rundir", "diffmem.jobrecords", "diffmem.copyrecord")),
     ("reading runs", ("diffmem.analysis.runfiles", "diffmem.analysis.timescales", "diffmem.analysis.cellfit",
                       "diffmem.analysis.goodness", "diffmem.analysis.powerlaw",
                       "diffmem.refine", "diffmem.monitor", "diffmem.tensorboard")),

@@ -1,7 +1,8 @@
 """Which training images are copied, and when (diffmem.analysis.images, diffmem.figures.images): planted copies
 read back exactly as first-copy steps, a run that never copies, identical and near-duplicate training images, the
 descriptors against a float64 brute force, the copied fraction's Garwood interval against scipy and its coverage
-of planted multinomial draws, Spearman's rho against scipy, and `diffmem analyze` on a planted experiment with copies.jsonl."""
+of planted multinomial draws, Spearman's rho against scipy, the strips of first copies, and `diffmem analyze` on a
+planted experiment with copies.jsonl."""
 from __future__ import annotations
 
 import json
@@ -199,6 +200,10 @@ def test_image_figures_are_drawn_and_readable(experiment):
     for name in ("copied_fraction", "first_copy", "copied_images_n00016_w08", "copied_images_n00032_w08"):
         assert drawn[name].skipped is None and (root / "figures" / f"{name}.png").is_file()
         assert figure_problems(drawn[name].figure, expect_intervals=name == "copied_fraction", name=name) == []
+    gallery = drawn["copied_images_n00016_w08"].figure
+    assert "beside its first copy" in gallery._suptitle.get_text()  # the planted runs stored their first copies
+    shown = [im.get_array() for sub in gallery.subfigs for ax in sub.axes for im in ax.get_images()]
+    assert shown and all(a.shape[1] == 2 * a.shape[0] + 1 for a in shown)  # each image beside its copy
     assert "![copied_fraction](figures/copied_fraction.png)" in (root / "report.md").read_text()
 
 
@@ -227,3 +232,26 @@ def test_analyze_refuses_a_damaged_copies_line_in_one_line_and_writes_nothing(tm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "copies.jsonl line 2: 'nearest_n' sums to" in err, err
     assert not (tmp_path / "summary.csv").exists() and not (tmp_path / "images").exists()
+
+
+def test_the_first_copies_are_stored_once_each_and_read_back_as_tiles(tmp_path):
+    """The evaluation's writer (append_copies): the images a step copies that no earlier step copied, one copy each,
+    in a strip beside the counts; the gallery's reader gives the tiles back, and refuses a strip of another shape."""
+    from diffmem.copyrecord import append_copies
+    from diffmem.samplegrid import read_first_copies
+    planted = write_synthetic_experiment(tmp_path, [16], widths=[8], seeds=[0], steps=10_000, n_evals=5,
+                                         n_samples=64, tau_gen=lambda n, w: 300.0, tau_mem=lambda n, w: 2000.0)
+    run = RunDir(planted[0].path)
+    train = _train(16, 64, 3)
+    mean = torch.zeros(())
+    for step, copied in ((10, [2]), (20, [2, 5, 9]), (30, [5, 11])):
+        samples = _samples(train, copied, 64, step).reshape(-1, 1, 8, 8)
+        line = append_copies(run, memorized_fraction(samples, train, n_boot=1), samples, mean, step, 0, 16)
+        assert line["first_copies"] == {10: [2], 20: [5, 9], 30: [11]}[step]
+    tiles = read_first_copies(run.first_copies_path(20), 2, 8)
+    assert tiles.shape == (2, 3, 8, 8)
+    expected = (train[9].clamp(0, 1).reshape(8, 8) * 255).round()
+    assert (tiles[1, 0].float() - expected).abs().max() <= 1  # image 9's copy, second in the strip
+    assert read_first_copies(run.first_copies_path(20), 3, 8) is None  # not 3 tiles: refused, not guessed
+    assert read_first_copies(run.first_copies_path(40), 1, 8) is None  # no strip at that step
+    assert [line.get("first_copies") for line in run.copies()] == [[2], [5, 9], [11]]

@@ -491,6 +491,9 @@ def test_pack_counts_round_trips_and_refuses_what_is_not_its_array():
     (lambda r: r | {"nearest": r["copied"]}, "'nearest_n' sums to 5, not n_samples = 30"),
     (lambda r: r | {"n_train": 41}, "'n_train' is 41, not the run's N = 40"),
     (lambda r: r | {"step": 11}, "'step' is 11, beyond the run's budget"),
+    (lambda r: r | {"first_copies": [5, 17]}, None),
+    (lambda r: r | {"first_copies": [17, 5]}, "'first_copies' is not increasing indices of copied images"),
+    (lambda r: r | {"first_copies": [0]}, "'first_copies' is not increasing indices of copied images"),
 ])
 def test_a_damaged_copies_line_is_one_record_error(tmp_path, damage, says):
     line, _ = _copies_line()

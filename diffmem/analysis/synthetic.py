@@ -35,7 +35,7 @@ Planted curves, for a step s (optimizer steps):
 - copies (:func:`write_planted_copies`): ``copies.jsonl`` lines at every evaluation of a run, from samples built so
   that chosen training images are copied from chosen steps on (each an exact copy of the image, in the model's
   centered space), the others uniform noise that copies nothing; the counts go through the evaluation's own path,
-  ``copy_counts(memorized_fraction(samples, train))``.
+  ``diffmem.copyrecord.append_copies`` (the evaluation's own writer: counts and the strip of first copies).
 """
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ from diffmem.analysis.runfiles import read_run
 from diffmem.analysis.timescales import binomial_interval
 from diffmem.config import RunConfig
 from diffmem.data import load_images, make_splits, to_model
-from diffmem.metrics.memorization import copy_counts, memorized_fraction
+from diffmem.metrics.memorization import memorized_fraction
 from diffmem.experiment import run_name
+from diffmem.copyrecord import append_copies
 from diffmem.io import append_jsonl, atomic_write_text, read_jsonl
 from diffmem.rundir import PAIRS_FILE, RunDir
 from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
@@ -327,7 +328,7 @@ def write_planted_copies(run_dir: str | Path, first_copy: dict[int, int], *, cop
     refinement's): the copies, exact copies of their training image, and uniform noise in the model's pixel range,
     which copies nothing (its two nearest training images are about equally far). The train set is the run's own
     (its config's data; config.json's dataset_sha256 is set to theirs), the counts those of
-    ``copy_counts(memorized_fraction(samples, train))``."""
+    :func:`diffmem.copyrecord.append_copies` on ``memorized_fraction(samples, train)`` (the evaluation's own writer)."""
     run = RunDir(run_dir)
     stored = run.read_config()
     cfg = stored.config
@@ -344,7 +345,6 @@ def write_planted_copies(run_dir: str | Path, first_copy: dict[int, int], *, cop
         if len(copies) > n_samples:
             raise ValueError(f"{len(copies)} planted copies at step {step} exceed the {n_samples} samples")
         noise = torch.rand((n_samples - len(copies), *train.shape[1:]), generator=rng) - splits.mean
-        result = memorized_fraction(torch.cat([copies, noise]), train, threshold=cfg.eval.mem_threshold, n_boot=1)
-        counts = copy_counts(result)
-        line = counts.record(step, n_samples, cfg.eval.seed, cfg.eval.mem_threshold, len(train))
-        append_jsonl(run.copies_path, line)
+        samples = torch.cat([copies, noise])
+        result = memorized_fraction(samples, train, threshold=cfg.eval.mem_threshold, n_boot=1)
+        append_copies(run, result, samples, splits.mean, step, cfg.eval.seed, len(train))

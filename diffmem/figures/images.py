@@ -8,8 +8,8 @@ run's train set rebuilt from its config. Nothing is drawn for an experiment with
   the cells (every seed of every cell of the width, one panel per width, log step axis); images never copied are
   drawn as open markers at the right edge;
 - ``copied_images_n{N:05d}_w{W:02d}``: per cell, the first and the last training images to be copied by its lowest
-  seed, each with its first-copy step. The samples' pixels are not stored (only the evaluation's sample grids
-  are), so the gallery shows the training images themselves, not their copies.
+  seed, each with its first-copy step, beside its first copy (the strip ``samples/first_copies_step_*.png`` of that
+  step, :func:`first_copy_tiles`); runs written before the strips show the training images alone.
 """
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from diffmem.analysis.images import DENSITY_K, IMAGES_DIR, train_pixels
 from diffmem.analysis.runfiles import read_csv, read_json
 from diffmem.data import DataError
 from diffmem.figures.experiment_files import ExperimentFiles
+from diffmem.rundir import RunDir
+from diffmem.samplegrid import read_first_copies
 from diffmem.figures.style import (FigureResult, finite_points, legend_by_n, mark_interval, n_colors, new_figure,
                                    readable_log_axis, save_figure)
 
@@ -170,12 +172,33 @@ def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[s
             pixels = train_pixels(data.records[run].config)
         except (DataError, OSError) as e:
             return FigureResult(name, skipped=f"{run}: the training images cannot be loaded ({e})")
-        return _draw_gallery(name, run, pixels, [("first copied", first), ("last copied", last)], out_dir)
+        copies = first_copy_tiles(RunDir(data.records[run].path), first + last, pixels.shape[-1])
+        return _draw_gallery(name, run, pixels, [("first copied", first), ("last copied", last)], copies, out_dir)
     return FigureResult(name, skipped="no seed copied two training images")
 
 
+def first_copy_tiles(run: RunDir, rows: Sequence[dict[str, Any]], size: int) -> dict[int, np.ndarray]:
+    """The stored first copy of each image of ``rows`` (images/<run>.csv rows), by image index: its tile (S, S, 3)
+    uint8 from the strip of its first-copy step (``samples/first_copies_step_*.png``, the latest copies.jsonl line of
+    that step naming it in ``first_copies``). Images of runs written before the strips, or whose strip is missing or
+    damaged, have none."""
+    lines: dict[int, dict[str, Any]] = {}
+    for line in run.copies():
+        lines[int(line["step"])] = line  # the latest line of each step, as the strip was written last
+    out = {}
+    for row in rows:
+        line = lines.get(int(row["first_copy_step"])) if row.get("first_copy_step") is not None else None
+        listed = line.get("first_copies") or [] if line else []
+        if int(row["index"]) not in listed:
+            continue
+        strip = read_first_copies(run.first_copies_path(int(line["step"])), len(listed), size)
+        if strip is not None:
+            out[int(row["index"])] = strip[listed.index(int(row["index"]))].permute(1, 2, 0).numpy()
+    return out
+
+
 def _draw_gallery(name: str, run: str, pixels: Any, rows: list[tuple[str, list[dict[str, Any]]]],
-                  out_dir: Path) -> FigureResult:
+                  copies: dict[int, np.ndarray], out_dir: Path) -> FigureResult:
     rows = [(label, chosen) for label, chosen in rows if chosen]
     cols = max(len(chosen) for _, chosen in rows)
     fig = Figure(figsize=(0.85 * cols + 0.4, 1.15 * len(rows) + 0.5), layout="constrained")
@@ -188,11 +211,16 @@ def _draw_gallery(name: str, run: str, pixels: Any, rows: list[tuple[str, list[d
             ax.set_axis_off()
         for ax, row in zip(axes, chosen):
             image = pixels[int(row["index"])].numpy()
-            ax.imshow(image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0), cmap="gray", vmin=0, vmax=255,
-                      interpolation="nearest")
+            image = np.repeat(image, 3, axis=0) if image.shape[0] == 1 else image
+            image = image.transpose(1, 2, 0).astype(np.uint8)
+            copy = copies.get(int(row["index"]))
+            if copy is not None:  # the training image, a white column, its first copy
+                image = np.concatenate([image, np.full((image.shape[0], 1, 3), 255, np.uint8), copy], axis=1)
+            ax.imshow(image, vmin=0, vmax=255, interpolation="nearest")
             ax.set_title(f"#{row['index']}\nstep {row['first_copy_step']}", fontsize=6)
-    fig.suptitle(f"{run}: training images in the order they are first copied (the images, not their copies)",
-                 fontsize=8)
+    caption = ("each training image (left) beside its first copy (right)" if copies else
+               "the images, not their copies: this run stored no first copies")
+    fig.suptitle(f"{run}: training images in the order they are first copied; {caption}", fontsize=8)
     return save_figure(fig, out_dir, name)
 
 

@@ -291,3 +291,16 @@ def copy_counts(result: MemorizationResult) -> CopyCounts:
     nearest_idx, nearest_n = sparse(result.idx1)
     copied_idx, copied_n = sparse(result.idx1[result.memorized])
     return CopyCounts(nearest_idx, nearest_n, copied_idx, copied_n)
+
+
+def first_copies(result: MemorizationResult, earlier: set[int], limit: int) -> tuple[list[int], list[int]]:
+    """(images, samples): the training images that ``result``'s samples copy and that are not in ``earlier`` (the
+    images copied at earlier steps), in increasing index, at most ``limit`` of them, and for each the sample that
+    copies it most closely (the lowest d1/d2)."""
+    images, picks = [], []
+    memorized = result.memorized
+    for image in sorted(set(result.idx1[memorized].tolist()) - earlier)[:limit]:
+        candidates = torch.nonzero(memorized & (result.idx1 == image)).flatten()
+        images.append(int(image))
+        picks.append(int(candidates[result.ratios[candidates].argmin()]))
+    return images, picks

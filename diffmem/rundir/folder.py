@@ -190,6 +190,10 @@ class RunDir:
     def samples_path(self, step: int) -> Path:
         return self.samples_dir / f"{self.step_name(step)}.png"
 
+    def first_copies_path(self, step: int) -> Path:
+        """The strip of the copies of the training images first copied at ``step`` (copies.jsonl ``first_copies``)."""
+        return self.samples_dir / f"first_copies_{self.step_name(step)}.png"
+
     def checkpoint_steps(self) -> list[int]:
         """Steps that have a saved checkpoint, ascending."""
         if not self.checkpoint_dir.is_dir():

@@ -177,6 +177,11 @@ def copies_problem(record: Any, *, budget: int | None = None, n_train: int | Non
         return f"'nearest_n' sums to {sum(counted['nearest_n'].values())}, not n_samples = {record['n_samples']}"
     if any(c > counted["nearest_n"].get(i, 0) for i, c in counted["copied_n"].items()):
         return "an image of 'copied_idx' is copied by more samples than it is nearest to"
+    first = record.get("first_copies")
+    if first is not None and (not isinstance(first, list) or not all(is_int(i) for i in first)
+                              or any(b <= a for a, b in zip(first, first[1:]))
+                              or any(i not in counted["copied_n"] for i in first)):
+        return "'first_copies' is not increasing indices of copied images"
     return None
 
 
