@@ -340,11 +340,13 @@ def test_a_tiny_training_run_records_the_levels_and_a_copies_line_per_evaluation
     level_keys = {"loss_ts", "loss_steps", "train_losses", "test_losses", "loss_gap_lo", "loss_gap_hi",
                   "membership_n", "auc", "auc_lo", "auc_hi", "membership_auc", "membership_auc_lo",
                   "membership_auc_hi", "membership_s"}
+    losses = {}
     for name, extra in (("levels", []), ("off", ["eval.loss_ts=[]"])):
         cfg = tiny_config("data.n=8", "eval.times=2", "eval.fid=false", "train.num_threads=1", *extra, base=SMOKE)
         run = RunDir(tmp_path / name)
         train_run(cfg, run.path, progress=False)
         records, copies = run.metrics(), run.copies()
+        losses[name] = [(r["train_loss"], r["test_loss"]) for r in records]
         assert len(records) == 2 and [c["step"] for c in copies] == [r["step"] for r in records]
         assert all(sum(c["nearest_n"]) == r["n_samples"] for c, r in zip(copies, records))
         if name == "off":
@@ -355,6 +357,9 @@ def test_a_tiny_training_run_records_the_levels_and_a_copies_line_per_evaluation
             assert all(len(r[k]) == len(LEVELS) for k in ("train_losses", "auc", "loss_gap_hi"))
             assert r["membership_n"] == min(cfg.data.n, cfg.eval.loss_n_test)
             assert 0 <= r["membership_auc_lo"] <= r["membership_auc"] <= r["membership_auc_hi"] <= 1
+            k = r["loss_steps"].index(r["loss_step"])  # eval.loss_t = 0.01 is a level: its loss is that level's
+            assert (r["train_loss"], r["test_loss"]) == (r["train_losses"][k], r["test_losses"][k])
+    assert losses["levels"] == losses["off"]  # taken from the level, the same numbers as measured on their own
 
 
 def coverage_table(draws: int = 4000) -> str:
