@@ -1,0 +1,137 @@
+"""benchmarks/interval_candidates.py, the study of the intervals that were measured and not adopted
+(docs/coverage.md): its censored-likelihood interval against closed forms and a direct maximization, and its
+closed-form candidates against the fit's own interval."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from diffmem.analysis.cellfit import Cell, cell_least_squares
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "interval_candidates.py"
+
+
+@pytest.fixture(scope="module")
+def candidates():
+    spec = importlib.util.spec_from_file_location("interval_candidates", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def design_of(x: np.ndarray) -> np.ndarray:
+    return np.column_stack([np.ones(x.size), np.log10(x)])
+
+
+def direct_max_log_likelihood(lo: np.ndarray, hi: np.ndarray, design: np.ndarray, fixed: tuple[int, float] | None
+                              = None) -> float:
+    """The censored log-likelihood maximized by Nelder-Mead from several starts (coefficients, log s), with
+    coefficient ``fixed[0]`` held at ``fixed[1]``: the reference for the batched Newton solver."""
+    p = design.shape[1]
+    free = [j for j in range(p) if fixed is None or j != fixed[0]]
+
+    def negative(params):
+        coef = np.zeros(p)
+        coef[free] = params[:-1]
+        if fixed is not None:
+            coef[fixed[0]] = fixed[1]
+        s = math.exp(params[-1])
+        mu = design @ coef
+        prob = stats.norm.cdf((hi - mu) / s) - stats.norm.cdf((lo - mu) / s)
+        return -float(np.sum(np.log(np.maximum(prob, 1e-300))))
+
+    mid = (lo + hi) / 2
+    if fixed is not None:
+        mid = mid - fixed[1] * design[:, fixed[0]]
+    start = np.linalg.lstsq(design[:, free], mid, rcond=None)[0]
+    best = min((optimize.minimize(negative, [*start, log_s], method="Nelder-Mead",
+                                  options=dict(xatol=1e-11, fatol=1e-13, maxiter=40000))
+                for log_s in (-2.0, -5.0, -9.0)), key=lambda r: r.fun)
+    return -float(best.fun)
+
+
+def test_zero_width_brackets_give_exactly_the_t_interval(candidates):
+    rng = np.random.default_rng(3)
+    for n in (3, 5, 9):
+        x = 16.0 * 2.0 ** np.arange(n)
+        y = np.log10(800 * (x / 16)) + rng.normal(0, 0.05, n)
+        design = design_of(x)
+        lo, hi = candidates.profile_interval(y[None], y[None].copy(), design[None], 1)
+        cells = [Cell((float(v),), (), float(m), None) for v, m in zip(x, y)]
+        ref = cell_least_squares(cells, 0.95).interval(1)
+        assert lo[0] == pytest.approx(ref[0], abs=1e-5) and hi[0] == pytest.approx(ref[1], abs=1e-5)
+
+
+def test_the_batched_maximization_matches_a_direct_one(candidates):
+    rng = np.random.default_rng(7)
+    x = 16.0 * 2.0 ** np.arange(5)
+    design = design_of(x)
+    width = np.log10(1.2)
+    cases = []
+    for scatter in (0.002, 0.05, 0.2):  # the first: a line passes through every bracket (the supremum 0)
+        true = np.log10(1000 * (x / 16) ** 0.7) + rng.normal(0, scatter, x.size)
+        lo = np.floor(true / width) * width
+        cases.append((lo, lo + width))
+    lo, hi = (np.array(v) for v in zip(*cases))
+    batch = np.broadcast_to(design, (len(cases), *design.shape)).copy()
+    found = candidates.max_log_likelihood(lo, hi, batch)
+    for k, (a, b) in enumerate(cases):
+        assert found[k] == pytest.approx(direct_max_log_likelihood(a, b, design), abs=2e-4)
+    assert found[0] == pytest.approx(0.0, abs=1e-4)
+    # the profile at a fixed exponent: the solver on the data less that exponent's column
+    for c in (0.5, 0.7, 0.9):
+        shifted = candidates.max_log_likelihood(lo - c * batch[:, :, 1], hi - c * batch[:, :, 1], batch[:, :, :1])
+        for k, (a, b) in enumerate(cases):
+            assert shifted[k] == pytest.approx(direct_max_log_likelihood(a, b, design, (1, c)), abs=2e-4)
+
+
+def test_the_censored_interval_holds_every_line_through_the_brackets(candidates):
+    x = 16.0 * 2.0 ** np.arange(4)
+    design = design_of(x)
+    width = np.log10(1.2)
+    true = np.log10(1000 * (x / 16))
+    lo = np.floor(true / width) * width
+    hi = lo + width
+    a, b = candidates.profile_interval(lo[None], hi[None], design[None], 1)
+    # the steepest and shallowest lines through every bracket (a small linear program per end)
+    ends = []
+    for sign in (1.0, -1.0):
+        res = optimize.linprog([0.0, sign], A_ub=np.vstack([design, -design]), b_ub=np.concatenate([hi, -lo]),
+                               bounds=[(None, None), (None, None)])
+        ends.append(res.x[1])
+    assert a[0] <= min(ends) and max(ends) <= b[0]
+
+
+def test_the_closed_form_candidates_start_from_the_fit(candidates):
+    rng = np.random.default_rng(11)
+    x = 16.0 * 2.0 ** np.arange(6)
+    variance = np.full(x.size, np.log10(1.2) ** 2 / 12)
+    z_worst = stats.norm.ppf(0.975) * float(np.abs(np.linalg.pinv(design_of(x))[1]) @ np.sqrt(variance))
+    for scatter in (0.001, 0.1):  # the fit's b^2 = 0 branch, then b^2 > 0
+        means = np.log10(1000 * (x / 16)) + rng.normal(0, scatter, x.size)
+        cells = [Cell((float(v),), (), float(m), None) for v, m in zip(x, means)]
+        fit = cell_least_squares(cells, 0.95, variance)
+        found = candidates.closed_form_candidates(cells, variance, 1)
+        assert found["fit"] == pytest.approx(fit.interval(1))
+        for name in ("floor always", "limit at 0"):  # never narrower than the fit
+            assert found[name][0] <= fit.interval(1)[0] + 1e-12 and found[name][1] >= fit.interval(1)[1] - 1e-12
+        assert (found["floor always"][1] - found["floor always"][0]) / 2 >= z_worst - 1e-12
+        if fit.beyond_brackets > 0:
+            assert found["limit at 0"] == pytest.approx(fit.interval(1))
+
+
+def test_the_misses_are_located_by_branch(candidates):
+    x = 16.0 * 2.0 ** np.arange(3)
+    grid = 1.1
+    # taus whose brackets' log-midpoints are exactly on a line of slope 8 log(1.1) / log(2) (~1.1): no residual
+    lo = 1000.0 * grid ** (8.0 * np.arange(3))
+    hi = lo * grid
+    value = np.sqrt(lo * hi)
+    text = candidates.fit_misses([(value, lo, hi)], x[:, None], 1, 0.5)  # a planted exponent far outside
+    assert text.startswith("b^2 = 0 in 1 draws (1 missed; 1 with the cell means exactly on a line, 1 missed)")
+    assert text.endswith("b^2 > 0 in 0 (0 missed)")
