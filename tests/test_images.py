@@ -14,12 +14,12 @@ import torch
 from scipy.stats import chi2, spearmanr
 
 from diffmem.analysis.images import (DESCRIPTORS, IMAGE_COLUMNS, SUMMARY_IMAGE_COLUMNS, descriptor_sentence,
-                                     distinct_interval, nearest_distances, seed_stability, spearman_interval,
+                                     distinct_interval, seed_stability, spearman_interval,
                                      spearman_rows, timeline)
 from diffmem.analysis.runfiles import read_csv, read_json
 from diffmem.analysis.synthetic import write_planted_copies, write_synthetic_experiment
 from diffmem.figures.checks import figure_problems
-from diffmem.metrics.memorization import copy_counts, memorized_fraction
+from diffmem.metrics.memorization import copy_counts, memorized_fraction, nearest_k
 from diffmem.results import write_results
 from diffmem.rundir import RunDir
 
@@ -77,23 +77,10 @@ def test_identical_training_images_are_never_copies_and_near_duplicates_are_clos
     line = _line(5, train[[0, 1, 2]], train)
     assert line["copied_idx"] == [2]
     assert 0 in line["nearest_idx"] and 1 not in line["nearest_idx"]  # ties go to the lowest index
-    near = nearest_distances(train, train, 2, exclude_self=True)
+    near = nearest_k(train, train, 2, exclude_self=True)[0].numpy()
     assert near[0, 0] == 0.0 and near[1, 0] == 0.0  # the other identical image, not itself
     assert near[2, 0] == pytest.approx(1e-3 * math.sqrt(train.shape[1]), rel=1e-3)
     assert near[4:, 0].min() > 0.5
-
-
-def test_nearest_distances_equal_a_float64_brute_force():
-    train, held = _train(40, 16, 1), _train(30, 16, 2)
-    train[7] = train[9]
-    brute = torch.cdist(train.double(), train.double(), compute_mode="donot_use_mm_for_euclid_dist")
-    brute.fill_diagonal_(math.inf)
-    expected = brute.sort(1).values[:, :5].numpy()
-    np.testing.assert_allclose(nearest_distances(train, train, 5, exclude_self=True), expected, rtol=1e-12, atol=0)
-    to_held = torch.cdist(train.double(), held.double(), compute_mode="donot_use_mm_for_euclid_dist")
-    np.testing.assert_allclose(nearest_distances(train, held, 1)[:, 0], to_held.min(1).values.numpy(), rtol=1e-12)
-    with pytest.raises(ValueError):
-        nearest_distances(train[:3], train[:3], 3, exclude_self=True)
 
 
 def test_the_garwood_interval_equals_scipy_and_is_capped():

@@ -1,6 +1,8 @@
 """diffmem.metrics.memorization against a float64 brute force (torch.cdist) and on planted copies."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from diffmem.metrics.memorization import (
     MemorizationResult,
     distance_ratio,
     memorized_fraction,
+    nearest_k,
     nearest_two,
 )
 
@@ -32,6 +35,26 @@ def test_nearest_two_matches_brute_force_for_any_chunking(sample_chunk, train_ch
     torch.testing.assert_close(d2, ref_d2, rtol=1e-12, atol=1e-12)
     assert torch.equal(idx1, ref_idx1)
     assert d1.dtype == d2.dtype == torch.float64 and idx1.dtype == torch.int64
+
+
+@pytest.mark.parametrize("sample_chunk,train_chunk", [(1024, 4096), (7, 5), (3, 40)])
+def test_nearest_k_matches_brute_force_with_and_without_self(sample_chunk, train_chunk):
+    train, held = _gaussian(40, 16, 1), _gaussian(30, 16, 2)
+    train[9] = train[7]  # an identical other image counts, at distance 0
+    brute = torch.cdist(train.double(), train.double(), compute_mode="donot_use_mm_for_euclid_dist")
+    brute.fill_diagonal_(math.inf)
+    dist, index = nearest_k(train, train, 5, exclude_self=True, sample_chunk=sample_chunk, train_chunk=train_chunk)
+    torch.testing.assert_close(dist, brute.sort(1).values[:, :5], rtol=1e-12, atol=0)
+    assert (index != torch.arange(40)[:, None]).all()
+    assert dist[7, 0] == 0 and index[7, 0] == 9 and index[9, 0] == 7
+    to_held = torch.cdist(held.double(), train.double(), compute_mode="donot_use_mm_for_euclid_dist")
+    dist, index = nearest_k(held, train, 3, sample_chunk=sample_chunk, train_chunk=train_chunk)
+    torch.testing.assert_close(dist, to_held.sort(1).values[:, :3], rtol=1e-12, atol=0)
+    torch.testing.assert_close(to_held.gather(1, index), dist, rtol=1e-12, atol=0)
+    with pytest.raises(MemorizationError, match="3 nearest training images asked for, 2 available"):
+        nearest_k(train[:3], train[:3], 3, exclude_self=True)
+    with pytest.raises(MemorizationError, match="exclude_self needs the train images themselves"):
+        nearest_k(held, train, 1, exclude_self=True)
 
 
 def test_nearest_two_flattens_images_and_matches_explicit_loops():

@@ -67,6 +67,7 @@ from scipy.stats import rankdata, spearmanr
 from diffmem.analysis.runfiles import RunRecord, write_csv
 from diffmem.config import RunConfig
 from diffmem.data import DataError, load_images, make_splits, to_model
+from diffmem.metrics.memorization import nearest_k
 from diffmem.rundir import RunDir
 
 DENSITY_K = 5
@@ -93,40 +94,10 @@ SUMMARY_IMAGE_COLUMNS = ("images_copied", "copied_fraction_final", "copied_fract
                          "copied_fraction_final_hi", "rho_first_copy_nn_train", "rho_first_copy_nn_train_lo",
                          "rho_first_copy_nn_train_hi")
 """summary.csv's columns of this module, per run (empty for a run without copies.jsonl)."""
-EXTRA_CANDIDATES = 8
-"""Nearest candidates per image re-scored exactly in float64 beyond the k asked for (:func:`nearest_distances`)."""
 _BLOCK = 1 << 22  # elements of one block of distances or of bootstrap draws
 
 
 # --- descriptors ----------------------------------------------------------------------------------------------------
-
-@torch.no_grad()
-def nearest_distances(queries: torch.Tensor, refs: torch.Tensor, k: int, *, exclude_self: bool = False) -> np.ndarray:
-    """(n, k) float64 L2 distances of each of ``queries`` (n, ...) to its k nearest rows of ``refs`` (m, ...),
-    increasing. ``exclude_self``: queries are refs and each row's own index is left out (an identical other image
-    still counts, at distance 0). Candidates are found in float32 (after centering on the refs' mean) and the best
-    k + :data:`EXTRA_CANDIDATES` re-scored exactly in float64, as :func:`diffmem.metrics.memorization.nearest_two`
-    does; memory stays about 32 MB per block whatever n and m."""
-    q = queries.reshape(len(queries), -1).to(torch.float64)
-    r = refs.reshape(len(refs), -1).to(torch.float64)
-    available = len(r) - (1 if exclude_self else 0)
-    if not 1 <= k <= available:
-        raise ValueError(f"k = {k} nearest images asked for, {available} available")
-    c = min(len(r), k + (1 if exclude_self else 0) + EXTRA_CANDIDATES)
-    mean = r.mean(0)
-    r32, q32 = (r - mean).float(), (q - mean).float()
-    r_sq = (r32 * r32).sum(1)
-    rows = max(1, min(_BLOCK // len(r), _BLOCK // (c * r.shape[1])))
-    out = np.empty((len(q), k))
-    for start in range(0, len(q), rows):
-        score = torch.addmm(r_sq, q32[start:start + rows], r32.T, beta=1.0, alpha=-2.0)
-        cand = score.topk(c, dim=1, largest=False).indices
-        exact = (r[cand] - q[start:start + rows, None, :]).square_().sum(2)
-        if exclude_self:
-            own = torch.arange(start, start + len(cand))[:, None]
-            exact[cand == own] = math.inf
-        out[start:start + len(cand)] = exact.sort(dim=1).values[:, :k].sqrt().numpy()
-    return out
 
 
 @dataclass(frozen=True)
@@ -157,11 +128,11 @@ def train_images(cfg: RunConfig, dataset_sha256: str | None = None) -> TrainImag
     n = len(train)
     nan = np.full(n, math.nan)
     if n >= 2:
-        near = nearest_distances(train, train, min(DENSITY_K, n - 1), exclude_self=True)
+        near = nearest_k(train, train, min(DENSITY_K, n - 1), exclude_self=True)[0].numpy()
         nn_train, knn = near[:, 0], near.mean(1)
     else:
         nn_train, knn = nan, nan
-    nn_heldout = nearest_distances(train, heldout, 1)[:, 0] if len(heldout) else nan
+    nn_heldout = nearest_k(train, heldout, 1)[0][:, 0].numpy() if len(heldout) else nan
     return TrainImages(splits.train, {"nn_train_distance": nn_train, "nn_heldout_distance": nn_heldout,
                                       "knn_distance": knn})
 

@@ -102,6 +102,101 @@ def _train_mean(train: torch.Tensor, device: torch.device, chunk: int) -> torch.
 
 
 @torch.no_grad()
+def nearest_k(
+    samples: torch.Tensor,
+    train: torch.Tensor,
+    k: int,
+    *,
+    exclude_self: bool = False,
+    sample_chunk: int = DEFAULT_SAMPLE_CHUNK,
+    train_chunk: int = DEFAULT_TRAIN_CHUNK,
+    n_candidates: int = DEFAULT_N_CANDIDATES,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """L2 distances of every sample to its ``k`` nearest training images, increasing (exact search, module doc).
+
+    Args:
+        samples: (n, ...) real tensor; its device is where the search runs.
+        train: (N, ...) real tensor with the same number of elements per row; any device.
+        k: neighbours per sample, 1 <= k <= N (N - 1 with ``exclude_self``).
+        exclude_self: the samples are the train images themselves (same rows, same order) and each row's own index
+            is left out; an identical other image still counts, at distance 0.
+        sample_chunk, train_chunk: rows per block of the distance matrix (bounds the memory, see the module doc).
+        n_candidates: train images per sample re-scored exactly in float64: ``max(n_candidates, k + 1)``, at most
+            the train images available.
+
+    Returns:
+        dist: (n, k) float64 distances, increasing along each row (same units as the inputs).
+        index: (n, k) int64 indices into ``train`` (the lowest index first among exact ties).
+        Both on the samples' device.
+    """
+    s_rows = _as_rows(samples, "samples")
+    t_rows = _as_rows(train, "train")
+    n, d = s_rows.shape
+    n_train = t_rows.shape[0]
+    available = n_train - (1 if exclude_self else 0)
+    if not isinstance(k, int) or not 1 <= k <= available:
+        raise MemorizationError(f"{k!r} nearest training images asked for, {available} available; ask for at least "
+                                "1 and at most that many")
+    if t_rows.shape[1] != d:
+        raise MemorizationError(f"samples have {d} values per image but train has {t_rows.shape[1]}; pass images "
+                                "of the same shape (e.g. both (n, 1, 32, 32))")
+    if exclude_self and n != n_train:
+        raise MemorizationError(f"exclude_self needs the train images themselves as samples: {n} samples, {n_train} "
+                                "train images")
+    for name, value, low in (("sample_chunk", sample_chunk, 1), ("train_chunk", train_chunk, 1),
+                             ("n_candidates", n_candidates, 1)):
+        if not isinstance(value, int) or value < low:
+            raise MemorizationError(f"{name} = {value!r} must be an integer >= {low}")
+    _check_finite(s_rows, "samples", sample_chunk)
+
+    device = s_rows.device
+    n_cand = min(max(n_candidates, k + 1), available)
+    mean = _train_mean(t_rows, device, train_chunk)
+    if not torch.isfinite(mean).all():  # a float64 sum of float32 values is non-finite only if a value is NaN/inf
+        raise MemorizationError("train contains NaN or inf values; check the training tensor")
+
+    # Running best candidates (approximate float32 scores) of every sample.
+    best_score = torch.full((n, n_cand), math.inf, dtype=torch.float32, device=device)
+    best_index = torch.zeros((n, n_cand), dtype=torch.int64, device=device)
+    for t_start in range(0, n_train, train_chunk):
+        t_block = t_rows[t_start:t_start + train_chunk].to(device=device, dtype=torch.float32) - mean
+        t_sqnorm = (t_block * t_block).sum(1)
+        k_block = min(n_cand, t_block.shape[0])
+        for s_start in range(0, n, sample_chunk):
+            s_block = s_rows[s_start:s_start + sample_chunk].to(dtype=torch.float32) - mean
+            # score = ||t||^2 - 2 s.t = ||s - t||^2 - ||s||^2: same ranking as the distance, per sample.
+            score = torch.addmm(t_sqnorm, s_block, t_block.T, beta=1.0, alpha=-2.0)
+            if exclude_self:  # a sample's own row, where this train block holds it, is never a candidate
+                own = torch.arange(s_start, s_start + score.shape[0], device=device) - t_start
+                inside = (own >= 0) & (own < score.shape[1])
+                score[inside.nonzero().squeeze(1), own[inside]] = math.inf
+            block_score, block_index = score.topk(k_block, dim=1, largest=False, sorted=False)
+            merged_score = torch.cat([best_score[s_start:s_start + sample_chunk], block_score], dim=1)
+            merged_index = torch.cat([best_index[s_start:s_start + sample_chunk], block_index + t_start], dim=1)
+            keep_score, keep_pos = merged_score.topk(n_cand, dim=1, largest=False, sorted=False)
+            best_score[s_start:s_start + sample_chunk] = keep_score
+            best_index[s_start:s_start + sample_chunk] = merged_index.gather(1, keep_pos)
+        del t_block, t_sqnorm
+
+    # Exact float64 re-scoring of the candidates, in row blocks of at most sample_chunk x train_chunk values.
+    rows_per_block = max(1, (sample_chunk * train_chunk) // (n_cand * d))
+    dist = torch.empty((n, k), dtype=torch.float64, device=device)
+    index_out = torch.empty((n, k), dtype=torch.int64, device=device)
+    for start in range(0, n, rows_per_block):
+        index = best_index[start:start + rows_per_block].sort(dim=1).values  # ties then go to the lowest index
+        cand = t_rows[index.to(t_rows.device)].to(device=device, dtype=torch.float64)  # (b, n_cand, d)
+        cand.sub_(s_rows[start:start + rows_per_block].to(torch.float64).unsqueeze(1)).square_()
+        sqdist = cand.sum(2)
+        del cand
+        if exclude_self:  # the own row stays out even where a block had fewer other candidates than asked
+            own = torch.arange(start, start + index.shape[0], device=device)[:, None]
+            sqdist[index == own] = math.inf
+        order = sqdist.argsort(dim=1, stable=True)[:, :k]
+        dist[start:start + rows_per_block] = sqdist.gather(1, order).sqrt()
+        index_out[start:start + rows_per_block] = index.gather(1, order)
+    return dist, index_out
+
+
 def nearest_two(
     samples: torch.Tensor,
     train: torch.Tensor,
@@ -110,7 +205,7 @@ def nearest_two(
     train_chunk: int = DEFAULT_TRAIN_CHUNK,
     n_candidates: int = DEFAULT_N_CANDIDATES,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """L2 distances of every sample to its nearest and second-nearest training image (exact search).
+    """L2 distances of every sample to its nearest and second-nearest training image (:func:`nearest_k` with k = 2).
 
     Args:
         samples: (n, ...) real tensor; its device is where the search runs.
@@ -124,64 +219,15 @@ def nearest_two(
         idx1: (n,) int64 index into ``train`` of the nearest image (the lowest index among exact ties).
         All on the samples' device.
     """
-    s_rows = _as_rows(samples, "samples")
-    t_rows = _as_rows(train, "train")
-    n, d = s_rows.shape
-    n_train = t_rows.shape[0]
+    n_train = _as_rows(train, "train").shape[0]
     if n_train < 2:
         raise MemorizationError(f"train has {n_train} image(s); the second-nearest distance needs at least 2 "
                                 "training images")
-    if t_rows.shape[1] != d:
-        raise MemorizationError(f"samples have {d} values per image but train has {t_rows.shape[1]}; pass images "
-                                "of the same shape (e.g. both (n, 1, 32, 32))")
-    for name, value, low in (("sample_chunk", sample_chunk, 1), ("train_chunk", train_chunk, 1),
-                             ("n_candidates", n_candidates, 2)):
-        if not isinstance(value, int) or value < low:
-            raise MemorizationError(f"{name} = {value!r} must be an integer >= {low}")
-    _check_finite(s_rows, "samples", sample_chunk)
-
-    device = s_rows.device
-    k = min(n_candidates, n_train)
-    mean = _train_mean(t_rows, device, train_chunk)
-    if not torch.isfinite(mean).all():  # a float64 sum of float32 values is non-finite only if a value is NaN/inf
-        raise MemorizationError("train contains NaN or inf values; check the training tensor")
-
-    # Running best-k candidates (approximate float32 scores) of every sample.
-    best_score = torch.full((n, k), math.inf, dtype=torch.float32, device=device)
-    best_index = torch.zeros((n, k), dtype=torch.int64, device=device)
-    for t_start in range(0, n_train, train_chunk):
-        t_block = t_rows[t_start:t_start + train_chunk].to(device=device, dtype=torch.float32) - mean
-        t_sqnorm = (t_block * t_block).sum(1)
-        k_block = min(k, t_block.shape[0])
-        for s_start in range(0, n, sample_chunk):
-            s_block = s_rows[s_start:s_start + sample_chunk].to(dtype=torch.float32) - mean
-            # score = ||t||^2 - 2 s.t = ||s - t||^2 - ||s||^2: same ranking as the distance, per sample.
-            score = torch.addmm(t_sqnorm, s_block, t_block.T, beta=1.0, alpha=-2.0)
-            block_score, block_index = score.topk(k_block, dim=1, largest=False, sorted=False)
-            merged_score = torch.cat([best_score[s_start:s_start + sample_chunk], block_score], dim=1)
-            merged_index = torch.cat([best_index[s_start:s_start + sample_chunk], block_index + t_start], dim=1)
-            keep_score, keep_pos = merged_score.topk(k, dim=1, largest=False, sorted=False)
-            best_score[s_start:s_start + sample_chunk] = keep_score
-            best_index[s_start:s_start + sample_chunk] = merged_index.gather(1, keep_pos)
-        del t_block, t_sqnorm
-
-    # Exact float64 re-scoring of the candidates, in row blocks of at most sample_chunk x train_chunk values.
-    rows_per_block = max(1, (sample_chunk * train_chunk) // (k * d))
-    d1 = torch.empty(n, dtype=torch.float64, device=device)
-    d2 = torch.empty(n, dtype=torch.float64, device=device)
-    idx1 = torch.empty(n, dtype=torch.int64, device=device)
-    for start in range(0, n, rows_per_block):
-        index = best_index[start:start + rows_per_block].sort(dim=1).values  # ties then go to the lowest index
-        cand = t_rows[index.to(t_rows.device)].to(device=device, dtype=torch.float64)  # (b, k, d)
-        cand.sub_(s_rows[start:start + rows_per_block].to(torch.float64).unsqueeze(1)).square_()
-        sqdist = cand.sum(2)
-        del cand
-        order = sqdist.argsort(dim=1, stable=True)[:, :2]
-        top = sqdist.gather(1, order)
-        d1[start:start + rows_per_block] = top[:, 0].sqrt()
-        d2[start:start + rows_per_block] = top[:, 1].sqrt()
-        idx1[start:start + rows_per_block] = index.gather(1, order[:, :1]).squeeze(1)
-    return d1, d2, idx1
+    if not isinstance(n_candidates, int) or n_candidates < 2:
+        raise MemorizationError(f"n_candidates = {n_candidates!r} must be an integer >= 2")
+    dist, index = nearest_k(samples, train, 2, sample_chunk=sample_chunk, train_chunk=train_chunk,
+                            n_candidates=n_candidates)
+    return dist[:, 0], dist[:, 1], index[:, 0]
 
 
 def distance_ratio(d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
