@@ -66,7 +66,7 @@ from scipy.stats import rankdata, spearmanr
 
 from diffmem.analysis.runfiles import RunRecord, write_csv
 from diffmem.config import RunConfig
-from diffmem.data import DataError, load_images, make_splits, to_model
+from diffmem.data import DataError, Splits, load_images, make_splits, to_model
 from diffmem.metrics.memorization import nearest_k
 from diffmem.rundir import RunDir
 
@@ -109,20 +109,27 @@ class TrainImages:
     descriptors: dict[str, np.ndarray]
 
 
-def train_pixels(cfg: RunConfig) -> torch.Tensor:
-    """The train set of a run with config ``cfg``, uint8 (N, C, S, S) (what the gallery of copied images shows)."""
-    return make_splits(load_images(cfg.data), cfg.data).train
-
-
-def train_images(cfg: RunConfig, dataset_sha256: str | None = None) -> TrainImages:
-    """Rebuild the train set and the held-out images of the test loss of a run from its config and compute the
-    descriptors. DataError when the data cannot be loaded or are not those the run trained on (``dataset_sha256``,
-    config.json's record, differs)."""
+def run_splits(cfg: RunConfig, dataset_sha256: str | None = None) -> Splits:
+    """The splits of a run rebuilt from its config as the evaluation built them. DataError when the data cannot be
+    loaded or are not those the run trained on (``dataset_sha256``, config.json's record, differs from theirs): a
+    table or a gallery of other images would be silently wrong."""
     images = load_images(cfg.data)
     if dataset_sha256 and images.sha256 and dataset_sha256 != images.sha256:
         raise DataError(f"the data found for source '{cfg.data.source}' differ from those the run trained on "
                         f"(sha256 {images.sha256[:12]} instead of {dataset_sha256[:12]})")
-    splits = make_splits(images, cfg.data)
+    return make_splits(images, cfg.data)
+
+
+def train_pixels(cfg: RunConfig, dataset_sha256: str | None = None) -> torch.Tensor:
+    """The train set of a run with config ``cfg``, uint8 (N, C, S, S) (what the gallery of copied images shows);
+    DataError as :func:`run_splits`."""
+    return run_splits(cfg, dataset_sha256).train
+
+
+def train_images(cfg: RunConfig, dataset_sha256: str | None = None) -> TrainImages:
+    """Rebuild the train set and the held-out images of the test loss of a run from its config and compute the
+    descriptors. DataError as :func:`run_splits`."""
+    splits = run_splits(cfg, dataset_sha256)
     train = to_model(splits.train, splits.mean)
     heldout = to_model(splits.heldout[:cfg.eval.loss_n_test], splits.mean)
     n = len(train)

@@ -168,8 +168,9 @@ def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[s
         first, last = gallery_order(tables[run])
         if len(first) + len(last) < 2:
             continue
+        stored = RunDir(data.records[run].path).read_config()
         try:
-            pixels = train_pixels(data.records[run].config)
+            pixels = train_pixels(data.records[run].config, stored.meta.get("dataset_sha256") if stored else None)
         except (DataError, OSError) as e:
             return FigureResult(name, skipped=f"{run}: the training images cannot be loaded ({e})")
         copies = first_copy_tiles(RunDir(data.records[run].path), first + last, pixels.shape[-1])
