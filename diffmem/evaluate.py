@@ -316,8 +316,12 @@ def lost_evaluations(run: RunDir) -> list[int]:
 @contextmanager
 def _locked_evaluator(run: RunDir, cfg: RunConfig, device: str, log: Callable[[str], None]) -> Iterator[Evaluator]:
     """An Evaluator of ``run`` with ``cfg``, while holding the run's lock (never two processes appending to one
-    metrics.jsonl), under the run's train.deterministic as inline evaluation is (the same kernels on a GPU)."""
+    metrics.jsonl), under the run's train.deterministic as inline evaluation is (the same kernels on a GPU).
+    DataError when the data found are not those the run trained on (config.json's dataset_sha256): its memorization
+    and losses would be measured against other images."""
     images = load_images(cfg.data)
+    stored = run.read_config()
+    images.check_recorded(stored.meta.get("dataset_sha256") if stored else None, cfg.data.source)
     splits = make_splits(images, cfg.data)
     dev = resolve_device(device)
     with RunLock(run), deterministic_algorithms(cfg.train.deterministic, dev):

@@ -237,6 +237,17 @@ def test_a_damaged_checkpoint_names_train_which_writes_it_again_and_evaluates_it
 
 
 @pytest.mark.e2e
+def test_evaluate_refuses_data_that_are_not_those_the_run_trained_on(finished, x, capsys):
+    """A run folder evaluated where its data differ (another copy of the source): its memorization and losses would
+    be measured against other images, so `diffmem evaluate` stops with one line and writes nothing."""
+    drop_metrics_line(x, MIDDLE)  # work for evaluate to do
+    meta = json.loads(x.config_path.read_text())
+    x.config_path.write_text(json.dumps({**meta, "dataset_sha256": "0" * 64}))
+    err = fails_and_leaves(x.path, ["evaluate", str(x.path)], "differ from those the run trained on", capsys)
+    assert "use the copy of the data it trained on" in err
+
+
+@pytest.mark.e2e
 def test_a_deleted_checkpoint_and_done_are_written_again_by_train(finished, x, capsys):
     """Case 1, the issue's reproduction: the checkpoint and `done` deleted (the old advice), train rerun."""
     drop_metrics_line(x, MIDDLE)

@@ -114,9 +114,7 @@ def run_splits(cfg: RunConfig, dataset_sha256: str | None = None) -> Splits:
     loaded or are not those the run trained on (``dataset_sha256``, config.json's record, differs from theirs): a
     table or a gallery of other images would be silently wrong."""
     images = load_images(cfg.data)
-    if dataset_sha256 and images.sha256 and dataset_sha256 != images.sha256:
-        raise DataError(f"the data found for source '{cfg.data.source}' differ from those the run trained on "
-                        f"(sha256 {images.sha256[:12]} instead of {dataset_sha256[:12]})")
+    images.check_recorded(dataset_sha256, cfg.data.source)
     return make_splits(images, cfg.data)
 
 

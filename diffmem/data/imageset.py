@@ -44,6 +44,15 @@ class ImageSet:
         """Side S of the square images (pixels)."""
         return int(self.images.shape[-1])
 
+    def check_recorded(self, recorded_sha256: str | None, source: str) -> None:
+        """DataError unless these are the images a run recorded (``recorded_sha256``: its config.json's
+        ``dataset_sha256``; None or empty: nothing recorded, nothing to check): measures of a run against other
+        images would be silently wrong."""
+        if recorded_sha256 and self.sha256 and recorded_sha256 != self.sha256:
+            raise DataError(f"the data found for source '{source}' differ from those the run trained on (sha256 "
+                            f"{self.sha256[:12]} instead of {recorded_sha256[:12]}); use the copy of the data it "
+                            "trained on")
+
 
 def tensor_sha256(images: torch.Tensor) -> str:
     """SHA-256 hex digest of a CPU tensor's raw bytes in C order (the tensor is not copied when contiguous)."""
