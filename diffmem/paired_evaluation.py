@@ -30,7 +30,7 @@ import torch
 
 from diffmem.analysis.runfiles import find_run_folders, latest_per_step
 from diffmem.config import RunConfig, config_diff
-from diffmem.data import ImageSet, load_images, make_splits
+from diffmem.data import DataError, ImageSet, load_images, make_splits
 from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.evaluate import checkpoint_model, draw_samples
@@ -165,9 +165,16 @@ class PairEvaluator:
     device, both centering offsets, the diffusion."""
 
     def __init__(self, pair: SplitPair, device: torch.device, images: ImageSet | None = None):
-        """``images``: the source's images when already loaded (``load_images(pair.cfg_a.data)``)."""
+        """``images``: the source's images when already loaded (``load_images(pair.cfg_a.data)``). DataError when
+        they are not the data either run trained on (its config.json's dataset_sha256)."""
         self.pair, self.device = pair, device
         images = load_images(pair.cfg_a.data) if images is None else images
+        for run in (pair.a, pair.b):
+            stored = run.read_config()
+            try:
+                images.check_recorded(stored.meta.get("dataset_sha256") if stored else None, pair.cfg_a.data.source)
+            except DataError as e:
+                raise DataError(f"{run.path.name}: {e}") from None
         self.splits = [make_splits(images, cfg.data) for cfg in (pair.cfg_a, pair.cfg_b)]
         self.trains = [s.train.to(device=device, dtype=torch.float32) / 255.0 for s in self.splits]
         self.diffusion = Diffusion(pair.cfg_a.diffusion)

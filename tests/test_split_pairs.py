@@ -385,6 +385,19 @@ def test_sigkill_during_pairs_loses_and_duplicates_nothing(trained, tmp_path):
 
 
 @pytest.mark.e2e
+def test_pairs_refuses_a_run_whose_data_are_not_those_found(trained, tmp_path, capsys):
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    config = exp / "n00004_w08_s0_split1" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "dataset_sha256": "0" * 64}))
+    assert main(["pairs", str(exp), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "n00004_w08_s0_split1: the data found" in err[0], err
+    assert all(line["pair"] != "n00004_w08_s0" for line in (read_jsonl(exp / PAIRS_FILE)
+                                                             if (exp / PAIRS_FILE).exists() else []))
+
+
+@pytest.mark.e2e
 def test_an_experiment_without_split_pairs_is_one_line_and_nothing_written(trained, tmp_path, capsys):
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp, ignore=shutil.ignore_patterns("*_split1"))
