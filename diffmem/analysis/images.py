@@ -376,11 +376,12 @@ def run_images(record: RunRecord, lines: Sequence[dict[str, Any]], base_n_sample
 def _descriptors_of(record: RunRecord, cache: dict[Any, Any]) -> tuple[dict[str, np.ndarray] | None, str | None]:
     """The descriptors of a run's train set, computed once per distinct train set (seeds share theirs)."""
     cfg = record.config
-    key = (cfg.data, cfg.eval.loss_n_test)
+    stored = RunDir(record.path).read_config()
+    recorded = stored.meta.get("dataset_sha256") if stored else None
+    key = (cfg.data, cfg.eval.loss_n_test, recorded)  # a run that trained on other data is checked on its own
     if key not in cache:
-        stored = RunDir(record.path).read_config()
         try:
-            cache[key] = (train_images(cfg, stored.meta.get("dataset_sha256") if stored else None).descriptors, None)
+            cache[key] = (train_images(cfg, recorded).descriptors, None)
         except (DataError, OSError) as e:
             cache[key] = (None, f"descriptors not computed: {e}")
     return cache[key]
