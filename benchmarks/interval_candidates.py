@@ -183,7 +183,7 @@ def closed_form_candidates(cells: list[Cell], cell_variance: np.ndarray, j: int,
     worst = z_quantile(ci) * float(np.abs(c) @ np.sqrt(cell_variance))
     limit = t_quantile(ci, ls.df) * math.sqrt(float((c * c) @ cell_variance))
     floor_always = max(fit, worst)
-    limit_at_zero = max(limit, worst) if ls.beyond_brackets == 0 else fit
+    limit_at_zero = max(limit, worst) if ls.floor is not None else fit  # the fit's b^2 = 0 branch
     centre = float(ls.coef[j])
     return {"fit": (centre - fit, centre + fit), "floor always": (centre - floor_always, centre + floor_always),
             "limit at 0": (centre - limit_at_zero, centre + limit_at_zero)}

@@ -121,7 +121,7 @@ def test_the_closed_form_candidates_start_from_the_fit(candidates):
         for name in ("floor always", "limit at 0"):  # never narrower than the fit
             assert found[name][0] <= fit.interval(1)[0] + 1e-12 and found[name][1] >= fit.interval(1)[1] - 1e-12
         assert (found["floor always"][1] - found["floor always"][0]) / 2 >= z_worst - 1e-12
-        if fit.beyond_brackets > 0:
+        if fit.floor is None:
             assert found["limit at 0"] == pytest.approx(fit.interval(1))
 
 
