@@ -28,7 +28,7 @@ from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.fid import fid_sets, make_reference_key
 from diffmem.metrics.losses import level_gaps, loss_gap, per_image_losses
 from diffmem.metrics.membership import membership_aucs
-from diffmem.copyrecord import append_copies
+from diffmem.copyrecord import CopyHistory, append_copies
 from diffmem.metrics.memorization import memorized_fraction
 from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
@@ -133,6 +133,7 @@ class Evaluator:
         self.fid_extractor = self._run_fid_extractor()
         self.shape = tuple(splits.train.shape[1:])
         self.batch_size = cfg.batch_size
+        self.copy_history: CopyHistory | None = None  # read at the first evaluation, then kept by append_copies
 
     def _run_fid_extractor(self) -> str:
         """``eval.fid_extractor``, except that "auto" sticks to the extractor of the run's earlier evaluations, so
@@ -230,7 +231,9 @@ class Evaluator:
         }
         if annotate is not None:
             record |= annotate(record)
-        append_copies(self.run, mem, samples, self.splits.mean, step, e.seed, len(self.train_x))
+        if self.copy_history is None:
+            self.copy_history = CopyHistory(self.run)
+        append_copies(self.run, mem, samples, self.splits.mean, step, e.seed, len(self.train_x), self.copy_history)
         append_jsonl(self.run.metrics_path, record)
         tensorboard_live.records_appended(self.cfg, self.run)
         fid_text = "off" if fid_value is None else f"{fid_value:.2f}"

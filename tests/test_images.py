@@ -224,24 +224,28 @@ def test_analyze_refuses_a_damaged_copies_line_in_one_line_and_writes_nothing(tm
 def test_the_first_copies_are_stored_once_each_and_read_back_as_tiles(tmp_path):
     """The evaluation's writer (append_copies): the images a step copies that no earlier step copied, one copy each,
     in a strip beside the counts; the gallery's reader gives the tiles back, and refuses a strip of another shape."""
-    from diffmem.copyrecord import append_copies
+    from diffmem.copyrecord import CopyHistory, append_copies
     from diffmem.samplegrid import read_first_copies
     planted = write_synthetic_experiment(tmp_path, [16], widths=[8], seeds=[0], steps=10_000, n_evals=5,
                                          n_samples=64, tau_gen=lambda n, w: 300.0, tau_mem=lambda n, w: 2000.0)
     run = RunDir(planted[0].path)
     train = _train(16, 64, 3)
     mean = torch.zeros(())
-    for step, copied in ((10, [2]), (20, [2, 5, 9]), (30, [5, 11])):
+    history = None
+    for step, copied in ((10, [2]), (30, [5, 11]), (20, [2, 5, 9])):  # 20: a refinement between 10 and 30
         samples = _samples(train, copied, 64, step).reshape(-1, 1, 8, 8)
-        line = append_copies(run, memorized_fraction(samples, train, n_boot=1), samples, mean, step, 0, 16)
-        assert line["first_copies"] == {10: [2], 20: [5, 9], 30: [11]}[step]
+        # the first evaluation reads copies.jsonl, the next ones keep the history as the evaluator does
+        history = CopyHistory(run) if history is None else history
+        line = append_copies(run, memorized_fraction(samples, train, n_boot=1), samples, mean, step, 0, 16, history)
+        assert line["first_copies"] == {10: [2], 20: [5, 9], 30: [5, 11]}[step]
+        assert all(CopyHistory(run).before(s) == history.before(s) for s in (10, 20, 25, 30, 40))  # as re-read
     tiles = read_first_copies(run.first_copies_path(20), 2, 8)
     assert tiles.shape == (2, 3, 8, 8)
     expected = (train[9].clamp(0, 1).reshape(8, 8) * 255).round()
     assert (tiles[1, 0].float() - expected).abs().max() <= 1  # image 9's copy, second in the strip
     assert read_first_copies(run.first_copies_path(20), 3, 8) is None  # not 3 tiles: refused, not guessed
     assert read_first_copies(run.first_copies_path(40), 1, 8) is None  # no strip at that step
-    assert [line.get("first_copies") for line in run.copies()] == [[2], [5, 9], [11]]
+    assert [line.get("first_copies") for line in run.copies()] == [[2], [5, 11], [5, 9]]
 
 
 @pytest.mark.e2e
