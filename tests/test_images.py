@@ -250,8 +250,9 @@ def test_the_first_copies_are_stored_once_each_and_read_back_as_tiles(tmp_path):
 
 @pytest.mark.e2e
 def test_data_that_are_not_those_the_run_trained_on_give_no_descriptors_and_no_gallery(tmp_path):
-    """Two seeds of one cell share their train set; seed 0's config.json records other data: its descriptors and
-    the gallery (drawn from the lowest seed) are left out with the reason, seed 1 keeps its descriptors."""
+    """Two seeds of one cell share their train set; seed 0's config.json records other data: its descriptors are
+    left out with the reason, seed 1 keeps its own, and the gallery is drawn from seed 1; with both seeds' data
+    other, the gallery is skipped naming both."""
     planted = write_synthetic_experiment(tmp_path, [16], widths=[8], seeds=[0, 1], steps=4000, n_evals=5,
                                          n_samples=64, tau_gen=lambda n, w: 300.0, tau_mem=lambda n, w: 1000.0)
     steps = [int(r["step"]) for r in RunDir(planted[0].path).metrics()]
@@ -269,4 +270,9 @@ def test_data_that_are_not_those_the_run_trained_on_give_no_descriptors_and_no_g
     cell = read_json(tmp_path / "fits.json")["images"]["cells"][0]
     assert "differ from those the run trained on (sha256" in cell["descriptors_note"]
     gallery = {f.name: f for f in summary.figures}["copied_images_n00016_w08"]
-    assert gallery.figure is None and "differ from those the run trained on" in gallery.skipped
+    assert gallery.skipped is None and gallery.figure._suptitle.get_text().startswith(f"{planted[1].name}:")
+    config = planted[1].path / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "dataset_sha256": "1" * 64}))
+    gallery = {f.name: f for f in write_results(tmp_path).figures}["copied_images_n00016_w08"]
+    assert gallery.figure is None and all(f"{run.name}: the training images cannot be loaded (the data found"
+                                          in gallery.skipped for run in planted)

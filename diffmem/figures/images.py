@@ -160,10 +160,12 @@ def gallery_order(table: Sequence[dict[str, Any]], k: int = GALLERY_IMAGES) -> t
 def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[str, list[dict[str, Any]]],
                        out_dir: Path) -> FigureResult:
     """The gallery of one cell: the first and the last training images to be copied by its lowest seed with
-    copies (:func:`gallery_order`), each captioned with its first-copy step; skipped when no seed copied two."""
+    copies (:func:`gallery_order`) whose training images can be loaded as it trained on them, each captioned with
+    its first-copy step; skipped, saying why, when no seed copied two or none of those can be loaded."""
     name = f"copied_images_n{n:05d}_w{width:02d}"
     runs = sorted((r for r in tables if data.records[r].n == n and data.records[r].width == width),
                   key=lambda r: data.records[r].seed)
+    unloadable = []
     for run in runs:
         first, last = gallery_order(tables[run])
         if len(first) + len(last) < 2:
@@ -171,11 +173,12 @@ def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[s
         stored = RunDir(data.records[run].path).read_config()
         try:
             pixels = train_pixels(data.records[run].config, stored.meta.get("dataset_sha256") if stored else None)
-        except (DataError, OSError) as e:
-            return FigureResult(name, skipped=f"{run}: the training images cannot be loaded ({e})")
+        except (DataError, OSError) as e:  # the next seed may have been trained on the data found here
+            unloadable.append(f"{run}: the training images cannot be loaded ({e})")
+            continue
         copies = first_copy_tiles(RunDir(data.records[run].path), first + last, pixels.shape[-1])
         return _draw_gallery(name, run, pixels, [("first copied", first), ("last copied", last)], copies, out_dir)
-    return FigureResult(name, skipped="no seed copied two training images")
+    return FigureResult(name, skipped="; ".join(unloadable) or "no seed copied two training images")
 
 
 def first_copy_tiles(run: RunDir, rows: Sequence[dict[str, Any]], size: int) -> dict[int, np.ndarray]:
