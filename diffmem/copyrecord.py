@@ -2,7 +2,8 @@
 (:meth:`diffmem.metrics.memorization.CopyCounts.record`, packed) and, for the images first copied at that step, the
 strip of one copy each (``samples/first_copies_step_*.png``, :func:`diffmem.samplegrid.write_first_copies`), with
 the history of which images each step copied (:class:`CopyHistory`). The evaluation (:mod:`diffmem.evaluate`) and
-the planted runs of the tests (:mod:`diffmem.analysis.synthetic`) both write through it; :func:`diffmem.rundir.records.copies_lines` reads the lines back.
+the planted runs of the tests (:mod:`diffmem.analysis.synthetic`) both write through it;
+:func:`diffmem.rundir.records.copies_lines` reads the lines back.
 """
 from __future__ import annotations
 
