@@ -12,8 +12,9 @@ from scipy import stats
 from diffmem.analysis.coverage import (JointSetting, Setting, fit_interval, previous_t_interval, run_joint_setting,
                                        run_level_setting, run_setting, simulate_experiment)
 from diffmem.analysis.goodness import slopes_through_intervals
-from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_NAMES, AnalysisError, PowerLawFit, fit_joint_law,
-                                       fit_power_law, load_fits)
+from diffmem.analysis.powerlaw import (COLLINEAR_NOTE, FIT_METHOD, FIT_NAMES, AnalysisError, FitSet, PowerLawFit,
+                                       fit_joint_law, fit_power_law, load_fits)
+from diffmem.analysis.report import fits_made
 from diffmem.eval_grid import evaluation_steps
 
 # the committed reference experiment's tau_mem (results/cpu_digits/summary.csv, diffmem 0.3): (run, N, tau, lo, hi)
@@ -252,6 +253,14 @@ def test_bracket_midpoints_on_a_line_do_not_give_a_zero_width_interval():
     value, lo_band, _ = fit.predict([32.0])
     assert math.log10(value[0] / lo_band[0]) == pytest.approx(stats.norm.ppf(0.975) * sd)
     assert PowerLawFit.from_dict(json.loads(json.dumps(fit.to_dict()))).predict([32.0])[1] == pytest.approx(lo_band)
+    # ... and says that it leaves out the scatter these points cannot measure; a residual, however small, does not
+    assert fit.ci_note == COLLINEAR_NOTE and fit.to_dict()["ci_note"] == COLLINEAR_NOTE
+    nudged = mids * np.array([1.0, 1.001, 1.0])
+    other = fit_power_law("tau", "n", [(f"r{i}", a, b, c, d) for i, (a, b, c, d) in enumerate(zip(x, nudged, lo, hi))])
+    assert other.floor is not None and other.ci_note is None
+    rows, _, flagged = fits_made({}, {"tau_mem_vs_n": FitSet(fit)})
+    assert "see its interval note below" in rows[0][3]
+    assert flagged == [f"interval: `tau_mem_vs_n` (all runs): {COLLINEAR_NOTE}"]
 
 
 # --- the coverage study ---------------------------------------------------------------------------------------------

@@ -71,6 +71,16 @@ both."""
 
 
 
+COLLINEAR_SCATTER = 1e-9
+"""Residual standard deviation of the cell means (log10) below which they lie exactly on one line (bracket
+midpoints on one shared grid can; measured taus never do)."""
+COLLINEAR_NOTE = ("the cell means lie exactly on one line (no residual, as bracket midpoints on one shared "
+                  "evaluation grid can): the interval is the brackets' worst case and leaves out the run-to-run "
+                  "scatter, which these points cannot measure, so it can be too narrow (docs/analysis.md, "
+                  "\"Coverage of the interval\"); more values of x or more seeds resolve it")
+"""The fit's ``ci_note`` in that case (the interval is kept)."""
+
+
 class AnalysisError(ValueError):
     """Bad input to the across-run analysis; the message says what to do."""
 
@@ -89,7 +99,8 @@ class PowerLawFit:
     unknown); ``censored``: (run, x, bound) left out because tau is a bound; ``excluded``: (run, reason) left out
     because tau is missing. ``reason`` is None when fitted, else why not. ``df``, ``scatter`` (residual standard
     deviation of a cell mean, log10) and ``cov`` (covariance of log10 prefactor and exponent, row-major 2 x 2) carry
-    the interval; ``ci_note`` says when there is none. ``gof`` is the goodness of fit.
+    the interval; ``ci_note`` says when there is none, or why the one given may be too narrow
+    (:data:`COLLINEAR_NOTE`). ``gof`` is the goodness of fit.
     """
 
     quantity: str
@@ -248,6 +259,8 @@ def fit_power_law(quantity: str, x_name: str,
     c_lo, c_hi = ls.interval(0)
     note = None if ls.cov is not None else (f"only {len(cells)} distinct {x_name} values: a line through them has no "
                                             "interval (t with 0 degrees of freedom)")
+    if ls.floor is not None and ls.scatter is not None and ls.scatter < COLLINEAR_SCATTER:
+        note = COLLINEAR_NOTE
     gof = goodness_of_fit(cells, ls, xs, ly, kept, ci, (k_lo, k_hi), True, [x_name])
     return PowerLawFit(**base, exponent=float(ls.coef[1]), exponent_lo=k_lo, exponent_hi=k_hi,
                        prefactor=float(10 ** ls.coef[0]),

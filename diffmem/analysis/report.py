@@ -142,6 +142,8 @@ def timescales_section(rows: Sequence[dict[str, Any]]) -> list[str]:
 def _fit_row(law: str, group: str, fit: PowerLawFit) -> list[str]:
     if fit.exponent_lo is not None:
         exponent = f"{fit.exponent:.3f} [{fit.exponent_lo:.3f}, {fit.exponent_hi:.3f}]"
+        if fit.ci_note:
+            exponent += " (see its interval note below)"
     else:
         exponent = f"{fit.exponent:.3f} (no interval" + (f": {fit.ci_note})" if fit.ci_note else ")")
     gof = fit.gof.summary() if fit.gof is not None else "-"
@@ -152,9 +154,10 @@ def _fit_row(law: str, group: str, fit: PowerLawFit) -> list[str]:
                                                               if fit.censored else ""), gof]
 
 
-def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[list[str]], list[str], list[str]]:
+def fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[list[str]], list[str], list[str]]:
     """(table rows of the fitted laws, lines of the laws not fitted with the reason, lines of the fitted laws whose
-    goodness of fit flags a problem: :meth:`GoodnessOfFit.flagged`)."""
+    goodness of fit flags a problem (:meth:`GoodnessOfFit.flagged`) or whose interval carries a caveat (its
+    ``ci_note``), each line with its own prefix)."""
     rows, not_fitted, flagged = [], [], []
     for name, fit_set in fits.items():
         for group, fit in fit_set.laws():
@@ -162,7 +165,9 @@ def _fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[li
                 rows.append(_fit_row(name, group, fit))
                 flags = fit.gof.flagged() if fit.gof is not None else []
                 if flags:
-                    flagged.append(f"`{name}` ({group}): " + "; ".join(flags))
+                    flagged.append(f"goodness of fit: `{name}` ({group}): " + "; ".join(flags))
+                if fit.exponent_lo is not None and fit.ci_note:
+                    flagged.append(f"interval: `{name}` ({group}): {fit.ci_note}")
             else:
                 not_fitted.append(f"`{name}` ({group}): {fit.reason}")
     for name, d in fits_json.items():
@@ -249,7 +254,7 @@ def pair_groups(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]
 def pairs_section(rows: Sequence[dict[str, Any]], fit_rows: Sequence[list[str]],
                   entries: Sequence[dict[str, Any]] | None, figures_dir: Path, link: str) -> list[str]:
     """The split pairs (summary.csv's pair columns): one row per pair with tau_bias beside both members' tau_gen and
-    tau_mem and :func:`bias_before_mem`, the tau_bias laws (rows of :func:`_fits_made`) and the pairs figure; []
+    tau_mem and :func:`bias_before_mem`, the tau_bias laws (rows of :func:`fits_made`) and the pairs figure; []
     when the experiment has no pairs."""
     groups = pair_groups(rows)
     if not groups:
@@ -290,7 +295,8 @@ def pairs_section(rows: Sequence[dict[str, Any]], fit_rows: Sequence[list[str]],
 def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str], flagged: Sequence[str],
                        fits_json: dict[str, Any], entries: Sequence[dict[str, Any]] | None) -> list[str]:
     """What the analysis could not resolve: censored timescales, runs still training, laws not fitted, fitted laws
-    whose goodness of fit flags a problem, fits.json's notes, figures skipped (each with its reason)."""
+    whose goodness of fit flags a problem or whose interval carries a caveat (``flagged``: lines of
+    :func:`fits_made`), fits.json's notes, figures skipped (each with its reason)."""
     items = []
     for r in rows:
         for key in [k for k, _ in TIMESCALES] + level_keys(rows):
@@ -318,7 +324,7 @@ def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str]
         if r.get("state") != "done":
             items.append(f"still training: `{r['run']}` ({r.get('state')}, {steps_text(r.get('steps'))} steps so far)")
     items += [f"not fitted: {line}" for line in not_fitted]
-    items += [f"goodness of fit: {line}" for line in flagged]
+    items += list(flagged)
     items += [f"note: {note}" for note in fits_json.get("notes", [])]
     if entries is None:
         items.append("figures: none drawn (`diffmem analyze` ran with --no-figures or into --out)")
@@ -339,7 +345,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     records = read_experiment(experiment_dir)
     rows = read_csv(analysis_dir / "summary.csv")
     fits_json = read_json(analysis_dir / "fits.json")
-    fit_rows, not_fitted, flagged = _fits_made(fits_json, load_fits(analysis_dir / "fits.json"))
+    fit_rows, not_fitted, flagged = fits_made(fits_json, load_fits(analysis_dir / "fits.json"))
     figures_dir = analysis_dir / "figures"
     entries = read_figure_index(figures_dir)
     figures = [e for e in entries or () if not e["name"].startswith("gallery")]
