@@ -14,6 +14,7 @@ from diffmem.analysis.coverage import (JointSetting, Setting, fit_interval, prev
 from diffmem.analysis.goodness import slopes_through_intervals
 from diffmem.analysis.powerlaw import (COLLINEAR_NOTE, FIT_METHOD, FIT_NAMES, AnalysisError, FitSet, PowerLawFit,
                                        fit_joint_law, fit_power_law, load_fits)
+from diffmem.analysis.advise import advise
 from diffmem.analysis.report import fits_made
 from diffmem.eval_grid import evaluation_steps
 
@@ -261,6 +262,8 @@ def test_bracket_midpoints_on_a_line_do_not_give_a_zero_width_interval():
     rows, _, flagged = fits_made({}, {"tau_mem_vs_n": FitSet(fit)})
     assert "see its interval note below" in rows[0][3]
     assert flagged == [f"interval: `tau_mem_vs_n` (all runs): {COLLINEAR_NOTE}"]
+    advice = advise(32, 8, {name: FitSet(fit) for name in FIT_NAMES})  # advice from such a law says it too
+    assert f"tau vs n: {COLLINEAR_NOTE}" in advice.warnings
 
 
 # --- the coverage study ---------------------------------------------------------------------------------------------

@@ -127,6 +127,8 @@ def _from_fit(fit: PowerLawFit, x: float, label: str, warnings: list[str], scale
     if not x_min <= x <= x_max:
         warnings.append(f"extrapolating {fit.quantity}: {fit.x_name} = {x:.4g} is outside the fitted range "
                         f"[{x_min:.4g}, {x_max:.4g}]")
+    if fit.ci_note and fit.exponent_lo is not None:  # an interval kept with a caveat (e.g. collinear cell means)
+        warnings.append(f"{fit.quantity} vs {fit.x_name}: {fit.ci_note}")
     return Prediction(value, lo, hi, label)
 
 
