@@ -323,8 +323,7 @@ def _locked_evaluator(run: RunDir, cfg: RunConfig, device: str, log: Callable[[s
     DataError when the data found are not those the run trained on (config.json's dataset_sha256): its memorization
     and losses would be measured against other images."""
     images = load_images(cfg.data)
-    stored = run.read_config()
-    images.check_recorded(stored.meta.get("dataset_sha256") if stored else None, cfg.data.source)
+    images.check_recorded(run.recorded_dataset_sha256(), cfg.data.source)
     splits = make_splits(images, cfg.data)
     dev = resolve_device(device)
     with RunLock(run), deterministic_algorithms(cfg.train.deterministic, dev):

@@ -170,9 +170,8 @@ class PairEvaluator:
         self.pair, self.device = pair, device
         images = load_images(pair.cfg_a.data) if images is None else images
         for run in (pair.a, pair.b):
-            stored = run.read_config()
             try:
-                images.check_recorded(stored.meta.get("dataset_sha256") if stored else None, pair.cfg_a.data.source)
+                images.check_recorded(run.recorded_dataset_sha256(), pair.cfg_a.data.source)
             except DataError as e:
                 raise DataError(f"{run.path.name}: {e}") from None
         self.splits = [make_splits(images, cfg.data) for cfg in (pair.cfg_a, pair.cfg_b)]

@@ -376,8 +376,7 @@ def run_images(record: RunRecord, lines: Sequence[dict[str, Any]], base_n_sample
 def _descriptors_of(record: RunRecord, cache: dict[Any, Any]) -> tuple[dict[str, np.ndarray] | None, str | None]:
     """The descriptors of a run's train set, computed once per distinct train set (seeds share theirs)."""
     cfg = record.config
-    stored = RunDir(record.path).read_config()
-    recorded = stored.meta.get("dataset_sha256") if stored else None
+    recorded = RunDir(record.path).recorded_dataset_sha256()
     key = (cfg.data, cfg.eval.loss_n_test, recorded)  # a run that trained on other data is checked on its own
     if key not in cache:
         try:

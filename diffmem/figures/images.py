@@ -170,13 +170,13 @@ def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[s
         first, last = gallery_order(tables[run])
         if len(first) + len(last) < 2:
             continue
-        stored = RunDir(data.records[run].path).read_config()
+        folder = RunDir(data.records[run].path)
         try:
-            pixels = train_pixels(data.records[run].config, stored.meta.get("dataset_sha256") if stored else None)
+            pixels = train_pixels(data.records[run].config, folder.recorded_dataset_sha256())
         except (DataError, OSError) as e:  # the next seed may have been trained on the data found here
             unloadable.append(f"{run}: the training images cannot be loaded ({e})")
             continue
-        copies = first_copy_tiles(RunDir(data.records[run].path), first + last, pixels.shape[-1])
+        copies = first_copy_tiles(folder, first + last, pixels.shape[-1])
         return _draw_gallery(name, run, pixels, [("first copied", first), ("last copied", last)], copies, out_dir)
     return FigureResult(name, skipped="; ".join(unloadable) or "no seed copied two training images")
 

@@ -228,6 +228,12 @@ class RunDir:
         """This run's config.json, read and validated (:func:`read_config`); None for a new run folder."""
         return read_config(self)
 
+    def recorded_dataset_sha256(self) -> str | None:
+        """The sha256 of the images this run trained on, as its config.json records it; None for a new run folder
+        or a config.json without it (what :meth:`diffmem.data.ImageSet.check_recorded` compares the data found to)."""
+        stored = self.read_config()
+        return stored.meta.get("dataset_sha256") if stored else None
+
     def done_step(self) -> int | None:
         """The step at which training ended (optimizer steps), from the ``steps N`` line of ``done``; None when
         there is no ``done`` or no such line."""
