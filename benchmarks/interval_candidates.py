@@ -39,8 +39,8 @@ from scipy import special, stats
 
 from diffmem.analysis.cellfit import (Cell, bracket_variances, cell_bracket_variance, cell_least_squares,
                                       design_matrix, t_quantile, z_quantile)
-from diffmem.analysis.coverage import (GRIDS, JOINT_LAYOUTS, JointSetting, Setting, joint_settings, markdown_table,
-                                       planted_taus, reported_brackets, settings, setting_rng, simulate_experiment)
+from diffmem.analysis.coverage import (GRIDS, JointSetting, Setting, joint_experiments, joint_settings,
+                                       markdown_table, settings, setting_rng, simulate_experiment)
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 SCALE_MAX = 1e6
@@ -246,41 +246,24 @@ def fit_misses(draws: list[tuple[np.ndarray, np.ndarray, np.ndarray]], x_of_run:
             f"({counts['positive'][1]} missed)")
 
 
-def law_draws(s: Setting, n_sim: int, seed: int = 0) -> tuple[list, np.ndarray]:
-    """The first ``n_sim`` draws of setting ``s`` of ``diffmem coverage --study laws``: (value, lo, hi) per
-    experiment, and the x of each run (runs, 1)."""
+def law_draws(s: Setting, n_sim: int, seed: int = 0) -> tuple[np.ndarray, list]:
+    """The x of each run (runs, 1) and the first ``n_sim`` draws of setting ``s`` of ``diffmem coverage --study
+    laws``, (value, lo, hi) per experiment (the order of :func:`diffmem.analysis.coverage.joint_experiments`)."""
     rng = setting_rng(seed, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
     draws = [simulate_experiment(rng, s) for _ in range(n_sim)]
-    return [d[1:] for d in draws], draws[0][0][:, None]
-
-
-def joint_draws(s: JointSetting, n_sim: int, seed: int = 0) -> tuple[list, np.ndarray]:
-    """The first ``n_sim`` draws of setting ``s`` of ``diffmem coverage --study joint`` (those of
-    :func:`diffmem.analysis.coverage.run_joint_setting`) and the (N, W) of each run."""
-    a_true, b_true = s.exponents
-    cells = np.array(JOINT_LAYOUTS[s.layout], dtype=float)
-    xs = np.repeat(cells, s.seeds, axis=0)
-    rng = setting_rng(seed, a_true, b_true, len(cells), s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
-    law = (xs[:, 0] / 32.0) ** a_true * (xs[:, 1] / 8.0) ** b_true
-    cell_ids = np.unique(xs, axis=0, return_inverse=True)[1].ravel()
-    setting = s.as_setting()
-    draws = []
-    for _ in range(n_sim):
-        tau = planted_taus(rng, setting, xs[:, 0], law)
-        draws.append(reported_brackets(rng, setting, cell_ids, xs[:, 0], tau))
-    return draws, xs
+    return draws[0][0][:, None], [d[1:] for d in draws]
 
 
 def law_row(s: Setting, n_sim: int, seed: int = 0) -> list[str]:
     """One row of the laws table: setting ``s`` of ``diffmem coverage --study laws``, its first ``n_sim`` draws."""
-    draws, x_of_run = law_draws(s, n_sim, seed)
+    x_of_run, draws = law_draws(s, n_sim, seed)
     label = [s.grid, "yes" if s.refined else "no", str(s.seeds), f"{100 * s.scatter:.0f} %", str(s.n_x)]
     return label + measure(draws, x_of_run, 1, s.exponent)
 
 
 def joint_row(s: JointSetting, n_sim: int, seed: int = 0) -> list[str]:
     """One row of the joint table: W's exponent in setting ``s`` of ``diffmem coverage --study joint``."""
-    draws, x_of_run = joint_draws(s, n_sim, seed)
+    x_of_run, draws = joint_experiments(s, n_sim, seed)
     label = [s.grid, "yes" if s.refined else "no", str(s.seeds), f"{100 * s.scatter:.0f} %",
              f"({s.exponents[0]:g}, {s.exponents[1]:g})"]
     return label + measure(draws, x_of_run, 2, s.exponents[1])
@@ -308,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     print(markdown_table(["grid", "refined", "seeds", "scatter", "planted (a, b)", *columns], joint_rows))
     print("\nWhere the fit's interval misses, by its branch (the first 1000 draws of each setting):\n")
     for s in EXPLAINED:
-        draws, x_of_run = law_draws(s, 1000) if isinstance(s, Setting) else joint_draws(s, 1000)
+        x_of_run, draws = law_draws(s, 1000) if isinstance(s, Setting) else joint_experiments(s, 1000)
         j, truth = (1, s.exponent) if isinstance(s, Setting) else (2, s.exponents[1])
         print(f"- {s}: {fit_misses(draws, x_of_run, j, truth)}")
 

@@ -343,9 +343,10 @@ class JointResult:
     coverage_previous: tuple[float, float]
 
 
-def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult:
-    """Simulate ``n_sim`` experiments of the joint law (taus placed as the single-variable study places them,
-    brackets from the setting's grid; the suite's budget grows with N) and fit each as ``fit_joint_law`` does."""
+def joint_experiments(s: JointSetting, n_sim: int, seed: int = 0) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
+    """The (N, W) of each run, shape (runs, 2), and ``n_sim`` simulated experiments of the joint law, each (value,
+    lo, hi) per run: taus placed as the single-variable study places them, brackets from the setting's grid (the
+    suite's budget grows with N); seeded per setting."""
     a_true, b_true = s.exponents
     cells = np.array(JOINT_LAYOUTS[s.layout], dtype=float)
     xs = np.repeat(cells, s.seeds, axis=0)
@@ -353,10 +354,20 @@ def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult
     law = (xs[:, 0] / 32.0) ** a_true * (xs[:, 1] / 8.0) ** b_true
     cell_ids = np.unique(xs, axis=0, return_inverse=True)[1].ravel()  # cells numbered in (N, W) order
     setting = s.as_setting()
-    hits, both, widths, hits_prev = np.zeros(2), 0, [], np.zeros(2)
+    draws = []
     for _ in range(n_sim):
         tau = planted_taus(rng, setting, xs[:, 0], law)
-        value, lo, hi = reported_brackets(rng, setting, cell_ids, xs[:, 0], tau)
+        draws.append(reported_brackets(rng, setting, cell_ids, xs[:, 0], tau))
+    return xs, draws
+
+
+def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult:
+    """Simulate ``n_sim`` experiments of the joint law (:func:`joint_experiments`) and fit each as
+    ``fit_joint_law`` does."""
+    a_true, b_true = s.exponents
+    xs, draws = joint_experiments(s, n_sim, seed)
+    hits, both, widths, hits_prev = np.zeros(2), 0, [], np.zeros(2)
+    for value, lo, hi in draws:
         fitted = make_cells(xs, np.log10(value), [str(i) for i in range(len(xs))])
         index = {c.x: i for i, c in enumerate(fitted)}
         cell_of = np.array([index[tuple(float(v) for v in row)] for row in xs])
@@ -495,6 +506,6 @@ def coverage_summary(results: Sequence[SettingResult]) -> str:
 
 
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
-           "previous_t_interval", "run_setting", "run_joint_setting", "run_level_setting", "settings",
+           "previous_t_interval", "run_setting", "joint_experiments", "run_joint_setting", "run_level_setting", "settings",
            "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
            "coverage_summary", "run_all"]
