@@ -1,6 +1,6 @@
-"""benchmarks/interval_candidates.py, the study of the intervals that were measured and not adopted
-(docs/coverage.md): its censored-likelihood interval against closed forms and a direct maximization, and its
-closed-form candidates against the fit's own interval."""
+"""benchmarks/interval_candidates.py, the study of the candidate intervals (docs/coverage.md): its censored-likelihood
+interval against closed forms and a direct maximization, and its closed-form candidates against the bracket-variance
+rule they start from."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from diffmem.analysis.cellfit import Cell, cell_least_squares
+from diffmem.analysis.cellfit import Cell, RunBrackets, cell_least_squares, law_least_squares
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "interval_candidates.py"
 
@@ -107,18 +107,18 @@ def test_the_censored_interval_holds_every_line_through_the_brackets(candidates)
     assert a[0] <= min(ends) and max(ends) <= b[0]
 
 
-def test_the_closed_form_candidates_start_from_the_fit(candidates):
+def test_the_closed_form_candidates_start_from_the_bracket_variance_rule(candidates):
     rng = np.random.default_rng(11)
     x = 16.0 * 2.0 ** np.arange(6)
     variance = np.full(x.size, np.log10(1.2) ** 2 / 12)
     z_worst = stats.norm.ppf(0.975) * float(np.abs(np.linalg.pinv(design_of(x))[1]) @ np.sqrt(variance))
-    for scatter in (0.001, 0.1):  # the fit's b^2 = 0 branch, then b^2 > 0
+    for scatter in (0.001, 0.1):  # the rule's b^2 = 0 branch, then b^2 > 0
         means = np.log10(1000 * (x / 16)) + rng.normal(0, scatter, x.size)
         cells = [Cell((float(v),), (), float(m), None) for v, m in zip(x, means)]
         fit = cell_least_squares(cells, 0.95, variance)
         found = candidates.closed_form_candidates(cells, variance, 1)
-        assert found["fit"] == pytest.approx(fit.interval(1))
-        for name in ("floor always", "limit at 0"):  # never narrower than the fit
+        assert found["bracket variance"] == pytest.approx(fit.interval(1))
+        for name in ("floor always", "limit at 0"):  # never narrower than the rule
             assert found[name][0] <= fit.interval(1)[0] + 1e-12 and found[name][1] >= fit.interval(1)[1] - 1e-12
         assert (found["floor always"][1] - found["floor always"][0]) / 2 >= z_worst - 1e-12
         if fit.floor is None:
@@ -135,3 +135,26 @@ def test_the_misses_are_located_by_branch(candidates):
     text = candidates.fit_misses([(value, lo, hi)], x[:, None], 1, 0.5)  # a planted exponent far outside
     assert text.startswith("b^2 = 0 in 1 draws (1 missed; 1 with the cell means exactly on a line, 1 missed)")
     assert text.endswith("b^2 > 0 in 0 (0 missed)")
+
+
+def test_no_worst_case_drops_only_the_worst_case_floor(candidates):
+    """``no worst case``: the adopted interval without the brackets' worst case where the brackets explain all the
+    scatter, the adopted one (factor included) where the cell means lie on one line, the adopted one where b^2 > 0."""
+    x = 16.0 * 2.0 ** np.arange(5)
+    ratio = np.array([1.2, 1.5, 2.0, 1.3, 1.1])
+    seen = set()
+    for noise in (np.zeros(5), np.array([0, 0.004, -0.003, 0.002, 0.0]), np.array([0, 0.3, -0.2, 0.4, 0.0])):
+        value = 100 * x * 10 ** noise  # each the log-midpoint of its own bracket
+        lo_s, hi_s = value / np.sqrt(ratio), value * np.sqrt(ratio)
+        runs = RunBrackets.of(np.arange(5), value, lo_s, hi_s)
+        cells = [Cell((float(a),), (), float(np.log10(b)), None) for a, b in zip(x, value)]
+        ls = law_least_squares(cells, runs, 0.95)
+        found = candidates.without_worst_case(ls, 1)
+        if ls.floor is None or ls.collinear:
+            assert found == pytest.approx(ls.interval(1))
+        else:
+            half = max(ls.t * math.sqrt(ls.cov[1, 1]), stats.norm.ppf(0.975) * math.sqrt(ls.rounding_cov[1, 1]))
+            assert found == pytest.approx((ls.coef[1] - half, ls.coef[1] + half))
+            assert found[1] - found[0] <= ls.interval(1)[1] - ls.interval(1)[0] + 1e-12
+        seen.add("collinear" if ls.collinear else "zero" if ls.floor is not None else "positive")
+    assert seen == {"collinear", "zero", "positive"}

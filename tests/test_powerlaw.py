@@ -11,6 +11,7 @@ from scipy import stats
 
 from diffmem.analysis.coverage import (JointSetting, Setting, fit_interval, previous_t_interval, run_joint_setting,
                                        run_level_setting, run_setting, simulate_experiment)
+from diffmem.analysis.cellfit import RunBrackets, collinear_factor
 from diffmem.analysis.goodness import slopes_through_intervals
 from diffmem.analysis.powerlaw import (COLLINEAR_NOTE, FIT_METHOD, FIT_NAMES, AnalysisError, FitSet, PowerLawFit,
                                        fit_joint_law, fit_power_law, load_fits)
@@ -237,33 +238,43 @@ def test_with_equal_brackets_and_large_scatter_it_is_the_plain_t_interval():
 
 def test_bracket_midpoints_on_a_line_do_not_give_a_zero_width_interval():
     """Three taus reported as brackets of one shared grid whose midpoints lie exactly on a line: the residual
-    scatter is 0 and the plain t interval has no width; the interval keeps what the brackets allow."""
+    scatter is 0 and the plain t interval has no width; the interval is the brackets' worst case times the factor
+    that keeps its coverage at every scatter (cellfit.collinear_factor), and says so."""
     grid = 1.2 ** np.arange(60) * 100
     x = np.array([16.0, 32, 64])
     mids = grid[[10, 14, 18]]  # four grid steps apart each: collinear in log
     lo, hi = mids / 1.2 ** 0.5, mids * 1.2 ** 0.5
-    fit = fit_power_law("tau", "n", [(f"r{i}", a, b, c, d) for i, (a, b, c, d) in enumerate(zip(x, mids, lo, hi))])
+    points = [(f"r{i}", a, b, c, d) for i, (a, b, c, d) in enumerate(zip(x, mids, lo, hi))]
+    fit = fit_power_law("tau", "n", points)
     _, plain_lo, plain_hi = previous_t_interval(x, mids)
     assert plain_hi - plain_lo == pytest.approx(0, abs=1e-9)
     sd = math.log10(1.2) / math.sqrt(12)
     lx = np.log10(x)
     c = (lx - lx.mean()) / ((lx - lx.mean()) ** 2).sum()
-    assert fit.exponent_hi - fit.exponent == pytest.approx(stats.norm.ppf(0.975) * np.abs(c).sum() * sd)
+    worst = stats.norm.ppf(0.975) * np.abs(c).sum() * sd
+    # the factor is the collinear_factor of this very design and these brackets, seeded: the same on every call
+    runs = RunBrackets.of(np.arange(3), mids, lo, hi)
+    design = np.column_stack([np.ones(3), lx])
+    assert fit.factor == collinear_factor(design, runs, np.array([math.log10(fit.prefactor), fit.exponent]), 0.95)
+    assert fit.factor > 1.2 and fit_power_law("tau", "n", points).factor == fit.factor
+    assert fit.exponent_hi - fit.exponent == pytest.approx(fit.factor * worst)
     assert fit.beyond_brackets == 0 and fit.to_dict()["bracket_floor"] is not None
+    assert fit.to_dict()["collinear_factor"] == fit.factor
     # the law's band at any x holds the same floor: at the middle x, |a' C_i| = 1/3 for each cell
     value, lo_band, _ = fit.predict([32.0])
-    assert math.log10(value[0] / lo_band[0]) == pytest.approx(stats.norm.ppf(0.975) * sd)
+    assert math.log10(value[0] / lo_band[0]) == pytest.approx(fit.factor * stats.norm.ppf(0.975) * sd)
     assert PowerLawFit.from_dict(json.loads(json.dumps(fit.to_dict()))).predict([32.0])[1] == pytest.approx(lo_band)
-    # ... and says that it leaves out the scatter these points cannot measure; a residual, however small, does not
-    assert fit.ci_note == COLLINEAR_NOTE and fit.to_dict()["ci_note"] == COLLINEAR_NOTE
+    # ... and its note says why; a residual, however small, is no longer on one line: no factor, no note
+    note = COLLINEAR_NOTE.format(factor=fit.factor)
+    assert fit.ci_note == note and f"{fit.factor:.2f}x" in note and fit.to_dict()["ci_note"] == note
     nudged = mids * np.array([1.0, 1.001, 1.0])
     other = fit_power_law("tau", "n", [(f"r{i}", a, b, c, d) for i, (a, b, c, d) in enumerate(zip(x, nudged, lo, hi))])
-    assert other.floor is not None and other.ci_note is None
+    assert other.floor is not None and other.ci_note is None and other.factor == 1.0
     rows, _, flagged = fits_made({}, {"tau_mem_vs_n": FitSet(fit)})
     assert "see its interval note below" in rows[0][3]
-    assert flagged == [f"interval: `tau_mem_vs_n` (all runs): {COLLINEAR_NOTE}"]
+    assert flagged == [f"interval: `tau_mem_vs_n` (all runs): {note}"]
     advice = advise(32, 8, {name: FitSet(fit) for name in FIT_NAMES})  # advice from such a law says it too
-    assert f"tau vs n: {COLLINEAR_NOTE}" in advice.warnings
+    assert f"tau vs n: {note}" in advice.warnings
 
 
 # --- the coverage study ---------------------------------------------------------------------------------------------
@@ -328,3 +339,24 @@ def test_the_joint_law_and_the_level_crossings_cover_on_a_shared_grid():
     assert min(joint.coverage) >= 0.92 and joint.coverage_both >= 0.88
     level = run_level_setting(Setting(1.0, 4, 1, 0.05, "shared"), 150, seed=14)
     assert level.coverage >= 0.9
+
+
+def test_the_target_checks_name_each_setting_that_misses_a_target():
+    """diffmem coverage's "Against the targets": below 93 %, above 97 % at 30 % scatter split by whether the scatter
+    is large against the brackets (3x their median sd), and the widest ratio to the plain t where it covered."""
+    from diffmem.analysis.coverage import SettingResult, law_target_checks
+
+    sd = math.log10(1.2) / math.sqrt(12)  # 0.0229: 30 % scatter is 0.130 in log10, 5.7x
+    rows = [SettingResult(Setting(0.0, 3, 1, 0.05, "shared"), 100, 0.921, 0.40, 0.95, 0.20, None, None, sd),
+            SettingResult(Setting(0.5, 3, 1, 0.05, "shared"), 100, 0.99, 0.40, 0.95, 0.30, None, None, sd),
+            SettingResult(Setting(1.0, 3, 1, 0.05, "shared"), 100, 0.99, 0.40, 0.95, 0.30, None, None, sd),
+            SettingResult(Setting(1.0, 4, 1, 0.30, "shared"), 100, 0.981, 1.0, 0.95, 1.0, None, None, sd),
+            SettingResult(Setting(1.0, 4, 1, 0.30, "paper"), 100, 0.975, 1.0, 0.80, 1.0, None, None, 0.06)]
+    lines = law_target_checks(rows).splitlines()
+    assert lines[0] == "- below 93 %: shared 1 seed 5 % 3 x exponent 0 92.1 %"
+    assert "shared 1 seed 30 % 4 x exponent 1 98.1 % (scatter 5.7x the brackets' sd)" in lines[1]
+    assert "paper 1 seed 30 % 4 x exponent 1 97.5 % (scatter 2.2x the brackets' sd)" in lines[2]
+    # widths: the 3-x row (median 0.40 against 0.30) and the 30 % shared row (1.0 against 1.0); the paper row's
+    # plain t did not cover
+    assert lines[3].startswith("- where the previous t covered (2 rows): median width at most 1.33x its "
+                               "(shared 1 seed 5 % 3 x); above 1.25x: shared 1 seed 5 % 3 x 1.33x")

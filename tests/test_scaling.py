@@ -246,7 +246,7 @@ def test_seeds_are_one_cell_with_their_mean_and_spread(planted):
     assert fit.gof.test.startswith("lack-of-fit F") and fit.gof.df == (len(NS) - 2, 2 * len(NS))
     assert fit.gof.consistent is True
     fits = json.loads((root / "fits.json").read_text())
-    assert fits["method_name"] == "ols-cell-means-t-bracket-variance" and "Student t" in fits["method"]
+    assert fits["method_name"] == "ols-cell-means-t-shared-brackets" and "Student t" in fits["method"]
     assert fits["tau_mem_vs_n"]["goodness_of_fit"]["p_value"] == pytest.approx(
         summary.fits["tau_mem_vs_n"].all_runs.gof.p_value)
     assert "3 seeds" in summary.format()  # the printed report has one line per cell

@@ -43,7 +43,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from diffmem.analysis.cellfit import bracket_variances, cell_bracket_variance, cell_least_squares, make_cells
+from diffmem.analysis.cellfit import (RunBrackets, bracket_variances, cell_bracket_variance, cell_index,
+                                      cell_least_squares, law_least_squares, make_cells)
 from diffmem.analysis.goodness import lack_of_fit, leave_one_out
 from diffmem.analysis.timescales import binomial_interval, tau_mem_level
 from diffmem.eval_grid import evaluation_steps, kept_steps, nearest_log_midpoint
@@ -88,6 +89,9 @@ class SettingResult:
     width_previous: float
     lof_rejection: float | None
     outlier_flags: float | None = None
+    bracket_sd: float | None = None
+    """The median over experiments of the runs' median bracket standard deviation (log10; ``(log10 hi/lo) /
+    sqrt(12)``): what "scatter large against the brackets" is measured against (:func:`target_checks`)."""
 
 
 # --- the grids ------------------------------------------------------------------------------------------------------
@@ -202,11 +206,10 @@ def fit_interval(xs: np.ndarray, tau: np.ndarray, lo: np.ndarray, hi: np.ndarray
     ``goodness`` is False: then p and the outlier count are None)."""
     ly = np.log10(tau)
     cells = make_cells(xs[:, None], ly, [str(i) for i in range(xs.size)])
-    index = {c.x: i for i, c in enumerate(cells)}
-    cell_of = np.array([index[(float(v),)] for v in xs])
+    cell_of = cell_index(cells, xs[:, None])
     variances = bracket_variances(lo, hi)
     per_cell = cell_bracket_variance(variances, cell_of, len(cells))
-    ls = cell_least_squares(cells, ci, per_cell)
+    ls = law_least_squares(cells, RunBrackets.of(cell_of, tau, lo, hi), ci)
     k_lo, k_hi = ls.interval(1)
     if not goodness:
         return float(ls.coef[1]), k_lo, k_hi, None, None
@@ -234,9 +237,10 @@ def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
     of fit's false-alarm rates only on the independent grid (the study of diffmem <= 0.4; it is most of the cost)."""
     rng = setting_rng(seed, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
     goodness = s.grid == "independent"
-    hit, width, hit_prev, width_prev, rejected, tested, flagged = 0, [], 0, [], 0, 0, 0
+    hit, width, hit_prev, width_prev, rejected, tested, flagged, sds = 0, [], 0, [], 0, 0, 0, []
     for _ in range(n_sim):
         xs, tau, lo, hi = simulate_experiment(rng, s)
+        sds.append(median_bracket_sd(lo, hi))
         _, a, b, p, n_out = fit_interval(xs, tau, lo, hi, goodness=goodness)
         flagged += bool(n_out)
         hit += a <= s.exponent <= b
@@ -249,7 +253,12 @@ def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
         width_prev.append(b - a)
     return SettingResult(s, n_sim, hit / n_sim, float(np.median(width)), hit_prev / n_sim,
                          float(np.median(width_prev)), rejected / tested if tested else None,
-                         flagged / n_sim if s.n_x >= 4 and goodness else None)
+                         flagged / n_sim if s.n_x >= 4 and goodness else None, float(np.median(sds)))
+
+
+def median_bracket_sd(lo: np.ndarray, hi: np.ndarray) -> float:
+    """The median over runs of each bracket's standard deviation in log10, ``log10(hi / lo) / sqrt(12)``."""
+    return float(np.median(np.sqrt(bracket_variances(lo, hi))))
 
 
 def settings(exponents: Sequence[float] = EXPONENTS, n_xs: Sequence[int] = N_XS, seeds: Sequence[int] = SEEDS,
@@ -341,6 +350,8 @@ class JointResult:
     coverage_both: float
     width: tuple[float, float]
     coverage_previous: tuple[float, float]
+    bracket_sd: float | None = None
+    width_previous: tuple[float, float] | None = None
 
 
 def joint_experiments(s: JointSetting, n_sim: int, seed: int = 0) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
@@ -366,13 +377,11 @@ def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult
     ``fit_joint_law`` does."""
     a_true, b_true = s.exponents
     xs, draws = joint_experiments(s, n_sim, seed)
-    hits, both, widths, hits_prev = np.zeros(2), 0, [], np.zeros(2)
+    hits, both, widths, hits_prev, widths_prev, sds = np.zeros(2), 0, [], np.zeros(2), [], []
     for value, lo, hi in draws:
+        sds.append(median_bracket_sd(lo, hi))
         fitted = make_cells(xs, np.log10(value), [str(i) for i in range(len(xs))])
-        index = {c.x: i for i, c in enumerate(fitted)}
-        cell_of = np.array([index[tuple(float(v) for v in row)] for row in xs])
-        per_cell = cell_bracket_variance(bracket_variances(lo, hi), cell_of, len(fitted))
-        ls = cell_least_squares(fitted, 0.95, per_cell)
+        ls = law_least_squares(fitted, RunBrackets.of(cell_index(fitted, xs), value, lo, hi), 0.95)
         prev = cell_least_squares(fitted, 0.95)
         inside = []
         for j, truth in enumerate((a_true, b_true)):
@@ -381,11 +390,13 @@ def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult
             widths.append((j, k_hi - k_lo))
             p_lo, p_hi = prev.interval(j + 1)
             hits_prev[j] += p_lo <= truth <= p_hi
+            widths_prev.append((j, p_hi - p_lo))
         hits += inside
         both += all(inside)
     width = tuple(float(np.median([w for j, w in widths if j == i])) for i in (0, 1))
+    width_prev = tuple(float(np.median([w for j, w in widths_prev if j == i])) for i in (0, 1))
     return JointResult(s, n_sim, (hits[0] / n_sim, hits[1] / n_sim), both / n_sim, width,
-                       (hits_prev[0] / n_sim, hits_prev[1] / n_sim))
+                       (hits_prev[0] / n_sim, hits_prev[1] / n_sim), float(np.median(sds)), width_prev)
 
 
 def joint_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True), seeds: Sequence[int] = SEEDS,
@@ -436,7 +447,7 @@ def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
     tau_mem_at_LEVEL read with its interpolated value and its interval, then fitted as every law is. Experiments with
     a censored run are drawn again."""
     rng = setting_rng(seed, 7, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
-    hit, width, hit_prev, width_prev = 0, [], 0, []
+    hit, width, hit_prev, width_prev, sds = 0, [], 0, [], []
     x = 16.0 * 2.0 ** np.arange(s.n_x)
     xs = np.repeat(x, s.seeds)
     done = 0
@@ -446,6 +457,7 @@ def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
         if any(r is None for r in rows):
             continue
         value, lo, hi = (np.array(v, dtype=float) for v in zip(*rows))
+        sds.append(median_bracket_sd(lo, hi))
         _, a, b, _, _ = fit_interval(xs, value, lo, hi)
         hit += a <= s.exponent <= b
         width.append(b - a)
@@ -454,7 +466,7 @@ def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
         width_prev.append(b - a)
         done += 1
     return SettingResult(s, n_sim, hit / n_sim, float(np.median(width)), hit_prev / n_sim,
-                         float(np.median(width_prev)), None, None)
+                         float(np.median(width_prev)), None, None, float(np.median(sds)))
 
 
 def level_grids(rng: np.random.Generator, s: Setting, xs: np.ndarray) -> list[np.ndarray]:
@@ -505,7 +517,80 @@ def coverage_summary(results: Sequence[SettingResult]) -> str:
             f"previous t interval: {100 * min(prev):.1f}-{100 * max(prev):.1f} %")
 
 
+TARGET_LOW = 0.93
+"""Issue #39's targets for every setting: coverage at least this, ..."""
+TARGET_HIGH = 0.97
+"""... at most this where the scatter is large against the brackets, ..."""
+TARGET_WIDTH = 1.25
+"""... and, where the previous t interval covered (at least :data:`TARGET_LOW`), a median width at most this times
+its."""
+LARGE_SCATTER = 3.0
+"""Scatter "large against the brackets": its standard deviation (log10) at least this many times the brackets' median
+standard deviation (:attr:`SettingResult.bracket_sd`)."""
+
+
+def target_checks(rows: Sequence[tuple[str, float, float, float | None]],
+                  widths: Sequence[tuple[str, float, float]]) -> str:
+    """Lines that check issue #39's targets: ``rows`` (label, coverage, scatter as sd of ln tau, the brackets' median
+    sd in log10 or None) give the settings below :data:`TARGET_LOW` and those above :data:`TARGET_HIGH` at 30 %
+    scatter, split by whether the scatter is large against their brackets (:data:`LARGE_SCATTER`); ``widths``
+    (label, median width, the previous t's median width) of the rows where the previous t covered give the largest
+    ratio and any above :data:`TARGET_WIDTH`."""
+    low = [f"{label} {100 * cov:.1f} %" for label, cov, *_ in rows if cov < TARGET_LOW]
+    high, high_wide = [], []
+    for label, cov, scatter, sd in rows:
+        if cov <= TARGET_HIGH or scatter < 0.3:
+            continue
+        against = scatter / math.log(10) / sd if sd else math.inf
+        (high if against >= LARGE_SCATTER else high_wide).append(
+            f"{label} {100 * cov:.1f} % (scatter {against:.1f}x the brackets' sd)")
+    lines = [f"below {100 * TARGET_LOW:.0f} %: " + ("; ".join(low) if low else f"none of {len(rows)}"),
+             f"above {100 * TARGET_HIGH:.0f} % at 30 % scatter, >= {LARGE_SCATTER:g}x the brackets' sd: "
+             + ("; ".join(high) if high else "none"),
+             f"above {100 * TARGET_HIGH:.0f} % at 30 % scatter, < {LARGE_SCATTER:g}x the brackets' sd (brackets "
+             "not small against it): " + ("; ".join(high_wide) if high_wide else "none")]
+    ratios = sorted(((w / p, label) for label, w, p in widths if p > 1e-9), reverse=True)
+    if ratios:
+        over = [f"{label} {r:.2f}x" for r, label in ratios if r > TARGET_WIDTH]
+        lines.append(f"where the previous t covered ({len(ratios)} rows): median width at most {ratios[0][0]:.2f}x "
+                     f"its ({ratios[0][1]})" + (f"; above {TARGET_WIDTH:g}x: " + "; ".join(over) if over else ""))
+    return "\n".join("- " + line for line in lines)
+
+
+def setting_label(s: Setting, exponent: bool = True) -> str:
+    """A short name of a setting, e.g. ``shared refined 1 seed 5 % 3 x exponent 1``."""
+    return (f"{s.grid}{' refined' if s.refined else ''} {s.seeds} seed{'s' if s.seeds > 1 else ''} "
+            f"{100 * s.scatter:.0f} % {s.n_x} x" + (f" exponent {s.exponent:g}" if exponent else ""))
+
+
+def law_target_checks(results: Sequence[SettingResult]) -> str:
+    """:func:`target_checks` of the laws or level-crossing study; widths compared per row of the table (the
+    exponents of one row pooled, as :func:`format_table` does), where the previous t covered every exponent."""
+    rows: dict[str, list[SettingResult]] = {}
+    for r in results:
+        rows.setdefault(setting_label(r.setting, exponent=False), []).append(r)
+    widths = [(label, float(np.median([r.width for r in group])), float(np.median([r.width_previous for r in group])))
+              for label, group in rows.items() if all(r.coverage_previous >= TARGET_LOW for r in group)]
+    return target_checks([(setting_label(r.setting), r.coverage, r.setting.scatter, r.bracket_sd) for r in results],
+                         widths)
+
+
+def joint_target_checks(results: Sequence[JointResult]) -> str:
+    """:func:`target_checks` of the joint study, each exponent a row."""
+    rows, widths = [], []
+    for r in results:
+        s = r.setting
+        name = (f"{s.grid}{' refined' if s.refined else ''} {s.layout} {s.seeds} seed{'s' if s.seeds > 1 else ''} "
+                f"{100 * s.scatter:.0f} % ({s.exponents[0]:g}, {s.exponents[1]:g})")
+        for j, var in enumerate(("N", "W")):
+            label = f"{name} {var}'s exponent"
+            rows.append((label, r.coverage[j], s.scatter, r.bracket_sd))
+            if r.coverage_previous[j] >= TARGET_LOW and r.width_previous:
+                widths.append((label, r.width[j], r.width_previous[j]))
+    return target_checks(rows, widths)
+
+
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
-           "previous_t_interval", "run_setting", "joint_experiments", "run_joint_setting", "run_level_setting", "settings",
-           "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
-           "coverage_summary", "run_all"]
+           "previous_t_interval", "run_setting", "joint_experiments", "run_joint_setting", "run_level_setting",
+           "settings", "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
+           "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks"]

@@ -20,10 +20,18 @@ The method (docs/analysis.md, "Fits", copies this and gives its coverage study):
   say how the brackets' errors correlate: on one evaluation grid shared by every x they are the same function of
   tau, and three or four bracket midpoints can lie almost on a line with the wrong slope. The interval is then the
   wider of the plain t interval and the normal interval of the brackets' worst case, errors of one sign:
-  ``+- z(0.975) * sum_i |C_ji| sqrt(v_i)``. With ``df = 0`` (as many cells as parameters) there is no interval. Its
-  coverage was measured by simulation (:mod:`diffmem.analysis.coverage`): planted laws, 3-9 x values, 1 and 3
-  seeds, log-normal scatter 5-30 %, each tau reported as its bracket on an evaluation grid drawn per x, shared by
-  every x, the paper's checkpoints or the suite's log-spaced rule, with and without refinement.
+  ``+- z(0.975) * sum_i |C_ji| sqrt(v_i)``. In either case the interval is never narrower than the normal interval
+  of the rounding errors alone when runs that report the same bracket share one error (seeds of one cell, or cells
+  whose taus coincide, as tau_gen's across N at one width): averaging such runs does not shrink their rounding
+  (``z sqrt(C S C')``, :func:`diffmem.analysis.cellfit.shared_bracket_covariance`). When the cell means lie exactly
+  on one line (no residual: bracket midpoints on one shared grid can, a whole number of grid steps apart), nothing
+  measures the run-to-run scatter, and the half width is multiplied by the factor that keeps the rule's coverage at
+  every scatter on this design and these brackets, found by simulating the experiment on its brackets' own lattices
+  (:func:`diffmem.analysis.cellfit.collinear_factor`; ``collinear_factor`` in fits.json, and the ``ci_note`` says
+  so). With ``df = 0`` (as many cells as parameters) there is no interval. Its coverage was measured by simulation
+  (:mod:`diffmem.analysis.coverage`): planted laws, 3-9 x values, 1 and 3 seeds, log-normal scatter 5-30 %, each
+  tau reported as its bracket on an evaluation grid drawn per x, shared by every x, the paper's checkpoints or the
+  suite's log-spaced rule, with and without refinement.
 - **Goodness of fit** (:class:`GoodnessOfFit`). With seeds (some cell has >= 2 runs): a lack-of-fit F test of the
   line against free cell means, whose pure error is the seeds' within-cell variance plus each run's bracket
   variance ``(log10 hi/lo)^2 / 12`` (a tau known only within its bracket). With one run per x, lack of fit cannot be
@@ -45,7 +53,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from diffmem.analysis.cellfit import Cell, cell_least_squares, cells_bracket_variance, interval_half_width, make_cells
+from diffmem.analysis.cellfit import Cell, RunBrackets, cell_index, interval_half_width, law_least_squares, make_cells
 from diffmem.analysis.goodness import GoodnessOfFit, goodness_of_fit
 from diffmem.analysis.runfiles import read_json
 
@@ -55,30 +63,31 @@ EXTRA_FIT_NAMES: tuple[str, ...] = ("tau_mem_epochs_vs_n", "tau_mem_vs_width", "
 pairs); loaded when present."""
 
 
-FIT_METHOD = "ols-cell-means-t-bracket-variance"
+FIT_METHOD = "ols-cell-means-t-shared-brackets"
 FIT_METHOD_TEXT = ("log10 least squares on cell means (the runs of one x averaged in log10: seeds are replicates); "
                    "95% interval: Student t with (cells - parameters) degrees of freedom on each cell mean's bracket "
-                   "variance plus the scatter beyond the brackets estimated from the residuals, and where the "
-                   "brackets explain all the scatter at least the normal interval of their worst case (errors of "
-                   "one sign); goodness of fit: lack-of-fit F test against free cell means (pure error: within-cell "
-                   "variance + bracket variance) when seeds exist, and the lines through every run's interval")
+                   "variance plus the scatter beyond the brackets estimated from the residuals; where the brackets "
+                   "explain all the scatter at least the normal interval of their worst case (errors of one sign); "
+                   "never narrower than the normal interval of the rounding errors, runs that report one bracket "
+                   "sharing one error; where the cell means lie exactly on one line, widened by the factor that keeps "
+                   "the coverage at every scatter on the law's own brackets (simulated); goodness of fit: lack-of-fit "
+                   "F test against free cell means (pure error: within-cell variance + bracket variance) when seeds "
+                   "exist, and the lines through every run's interval")
 """The fit method's name in fits.json and its one-line description (the module docstring has the whole rule)."""
 
 OLD_FIT_METHOD = "bootstrap-over-runs"
 """The method of fits written by diffmem <= 0.3 (percentile bootstrap over runs; its coverage: docs/analysis.md).
-diffmem 0.4 wrote "ols-cell-means-t" (the t interval on the residual scatter alone); :func:`load_fits` refuses
-both."""
+Later files named "ols-cell-means-t" (the t interval on the residual scatter alone) and then
+"ols-cell-means-t-bracket-variance" (the bracket variance, without the shared-bracket floor and the collinear
+factor, whose shortfalls on one shared grid docs/coverage.md keeps); :func:`load_fits` refuses all of them."""
 
 
-
-COLLINEAR_SCATTER = 1e-9
-"""Residual standard deviation of the cell means (log10) below which they lie exactly on one line (bracket
-midpoints on one shared grid can; measured taus never do)."""
 COLLINEAR_NOTE = ("the cell means lie exactly on one line (no residual, as bracket midpoints on one shared "
-                  "evaluation grid can): the interval is the brackets' worst case and leaves out the run-to-run "
-                  "scatter, which these points cannot measure, so it can be too narrow (docs/analysis.md, "
-                  "\"Coverage of the interval\"); more values of x or more seeds resolve it")
-"""The fit's ``ci_note`` in that case (the interval is kept)."""
+                  "evaluation grid can), so the data do not measure the run-to-run scatter: the interval is widened "
+                  "{factor:.2f}x, the factor that keeps its coverage at every scatter on these brackets (simulated; "
+                  "docs/analysis.md, \"Coverage of the interval\"); more values of x or more seeds measure the "
+                  "scatter")
+"""The fit's ``ci_note`` in that case, formatted with the factor (``factor`` in fits.json)."""
 
 
 class AnalysisError(ValueError):
@@ -127,6 +136,8 @@ class PowerLawFit:
     beyond_brackets: float | None = None
     floor: tuple[tuple[float, float, float], ...] | None = None
     z: float | None = None
+    rounding_cov: tuple[float, float, float, float] | None = None
+    factor: float = 1.0
 
     @property
     def fitted(self) -> bool:
@@ -155,7 +166,9 @@ class PowerLawFit:
             return value, value.copy(), value.copy()
         cov = np.array(self.cov).reshape(2, 2)
         floor = None if self.floor is None else np.array(self.floor)
-        half = np.vectorize(lambda v: interval_half_width(np.array([1.0, v]), cov, self.t, floor, self.z))(lxq)
+        rounding = None if self.rounding_cov is None else np.array(self.rounding_cov).reshape(2, 2)
+        half = np.vectorize(lambda v: interval_half_width(np.array([1.0, v]), cov, self.t, floor, self.z, rounding,
+                                                          self.factor))(lxq)
         return 10 ** center, 10 ** (center - half), 10 ** (center + half)
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,6 +181,8 @@ class PowerLawFit:
             "scatter_beyond_brackets_log10": self.beyond_brackets,
             "cov_log10": list(self.cov) if self.cov else None,
             "bracket_floor": [list(row) for row in self.floor] if self.floor else None, "z": self.z,
+            "rounding_cov_log10": list(self.rounding_cov) if self.rounding_cov else None,
+            "collinear_factor": self.factor,
             "n_runs": self.n_runs, "n_x": len({p[1] for p in self.points}),
             "x_min": rng[0] if rng else None, "x_max": rng[1] if rng else None,
             "reason": self.reason, "ci_note": self.ci_note,
@@ -198,6 +213,8 @@ class PowerLawFit:
                 floor=tuple(tuple(float(v) for v in row) for row in d["bracket_floor"])
                 if d.get("bracket_floor") else None, z=d.get("z"),
                 cov=tuple(d["cov_log10"]) if d.get("cov_log10") else None, t=d.get("t"),
+                rounding_cov=tuple(d["rounding_cov_log10"]) if d.get("rounding_cov_log10") else None,
+                factor=float(d.get("collinear_factor", 1.0)),
                 cells=tuple(Cell((float(c[d["x"]]),), tuple(c["runs"]), math.log10(c["geometric_mean"]),
                                  c.get("spread_log10")) for c in d.get("cells", [])),
                 gof=GoodnessOfFit.from_dict(d["goodness_of_fit"]) if d.get("goodness_of_fit") else None,
@@ -233,6 +250,11 @@ def _clean_points(points, x_name: str, quantity: str, excluded) -> tuple[list, l
     return kept, dropped
 
 
+def law_runs(cells: Sequence[Cell], xs: np.ndarray, kept: Sequence) -> RunBrackets:
+    """What the runs ``kept`` ((run, x, y, y_lo, y_hi), rows of ``xs``) reported, with their cells."""
+    return RunBrackets.of(cell_index(cells, xs), [p[2] for p in kept], [p[3] for p in kept], [p[4] for p in kept])
+
+
 def fit_power_law(quantity: str, x_name: str,
                   points: Iterable[tuple[str, float, float] | tuple[str, float, float, float | None, float | None]], *,
                   censored: Iterable[tuple[str, float, float | None]] = (),
@@ -250,7 +272,7 @@ def fit_power_law(quantity: str, x_name: str,
     xs = np.array([[p[1]] for p in kept], dtype=float).reshape(len(kept), 1)
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    ls = cell_least_squares(cells, ci, cells_bracket_variance(cells, xs, kept)[2]) if len(cells) >= 2 else None
+    ls = law_least_squares(cells, law_runs(cells, xs, kept), ci) if len(cells) >= 2 else None
     if ls is None:
         return PowerLawFit(**base, cells=tuple(cells),
                            reason=f"fewer than 2 distinct {x_name} values among measured runs "
@@ -259,8 +281,8 @@ def fit_power_law(quantity: str, x_name: str,
     c_lo, c_hi = ls.interval(0)
     note = None if ls.cov is not None else (f"only {len(cells)} distinct {x_name} values: a line through them has no "
                                             "interval (t with 0 degrees of freedom)")
-    if ls.floor is not None and ls.scatter is not None and ls.scatter < COLLINEAR_SCATTER:
-        note = COLLINEAR_NOTE
+    if ls.collinear:
+        note = COLLINEAR_NOTE.format(factor=ls.factor)
     gof = goodness_of_fit(cells, ls, xs, ly, kept, ci, (k_lo, k_hi), True, [x_name])
     return PowerLawFit(**base, exponent=float(ls.coef[1]), exponent_lo=k_lo, exponent_hi=k_hi,
                        prefactor=float(10 ** ls.coef[0]),
@@ -270,7 +292,9 @@ def fit_power_law(quantity: str, x_name: str,
                        floor=None if ls.floor is None else tuple(tuple(float(v) for v in row) for row in ls.floor),
                        z=ls.z,
                        cov=None if ls.cov is None else tuple(float(v) for v in ls.cov.ravel()), t=ls.t,
-                       cells=tuple(cells), gof=gof)
+                       rounding_cov=(None if ls.rounding_cov is None
+                                     else tuple(float(v) for v in ls.rounding_cov.ravel())),
+                       factor=ls.factor, cells=tuple(cells), gof=gof)
 
 
 # --- the law of several variables ----------------------------------------------------------------------------------
@@ -297,6 +321,7 @@ class JointLawFit:
     gof: GoodnessOfFit | None = None
     beyond_brackets: float | None = None
     floored: bool = False
+    factor: float = 1.0
 
     @property
     def fitted(self) -> bool:
@@ -321,6 +346,7 @@ class JointLawFit:
             "exponents_hi": None if self.exponents_hi is None else dict(zip(self.x_names, self.exponents_hi)),
             "prefactor": self.prefactor, "df": self.df, "scatter_log10": self.scatter,
             "scatter_beyond_brackets_log10": self.beyond_brackets, "interval_floored_by_brackets": self.floored,
+            "collinear_factor": self.factor,
             "reason": self.reason,
             "n_runs": len(self.points),
             "goodness_of_fit": self.gof.to_dict() if self.gof else None,
@@ -347,8 +373,7 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     xs = np.array([p[1] for p in kept], dtype=float).reshape(len(kept), len(names))
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    ls = (cell_least_squares(cells, ci, cells_bracket_variance(cells, xs, kept)[2]) if len(cells) > len(names)
-          else None)
+    ls = law_least_squares(cells, law_runs(cells, xs, kept), ci) if len(cells) > len(names) else None
     if ls is None:
         return JointLawFit(**base, cells=tuple(cells),
                            reason=f"{len(cells)} cells do not determine {len(names)} exponents (each variable must "
@@ -358,7 +383,7 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     return JointLawFit(**base, exponents=tuple(float(v) for v in ls.coef[1:]),
                        exponents_lo=tuple(e[0] for e in ends), exponents_hi=tuple(e[1] for e in ends),
                        prefactor=float(10 ** ls.coef[0]), df=ls.df, scatter=ls.scatter, cells=tuple(cells), gof=gof,
-                       beyond_brackets=ls.beyond_brackets, floored=ls.floor is not None)
+                       beyond_brackets=ls.beyond_brackets, floored=ls.floor is not None, factor=ls.factor)
 
 
 @dataclass(frozen=True)
@@ -440,7 +465,7 @@ def load_fits(path: str | Path) -> dict[str, FitSet]:
 
 
 FIT_NUMBERS = ("exponent", "exponent_lo", "exponent_hi", "prefactor", "prefactor_lo", "prefactor_hi", "ci", "df", "t",
-               "scatter_log10", "x_min", "x_max")
+               "scatter_log10", "x_min", "x_max", "collinear_factor")
 """Keys of a fit in fits.json that hold a finite number or null."""
 FIT_POSITIVE = ("prefactor", "prefactor_lo", "prefactor_hi", "x_min", "x_max")
 """Keys of a fit that are logarithms' arguments: > 0 where not null."""
@@ -470,9 +495,12 @@ def fit_problem(d: Any, key: str) -> str | None:
         return f"'{key}.t' is {d['t']!r}, below 0"
     if d.get("exponent") is not None and d.get("prefactor") is None:
         return f"'{key}.prefactor' is null while the law has an exponent"
-    cov = d.get("cov_log10")
-    if cov is not None and not (isinstance(cov, list) and len(cov) == 4 and all(_finite(c) for c in cov)):
-        return f"'{key}.cov_log10' is {cov!r}, not four finite numbers or null"
+    for name in ("cov_log10", "rounding_cov_log10"):
+        cov = d.get(name)
+        if cov is not None and not (isinstance(cov, list) and len(cov) == 4 and all(_finite(c) for c in cov)):
+            return f"'{key}.{name}' is {cov!r}, not four finite numbers or null"
+    if d.get("collinear_factor") is not None and d["collinear_factor"] < 1:
+        return f"'{key}.collinear_factor' is {d['collinear_factor']!r}, below 1"
     for group, fields in (("points", ("x", "y")), ("cells", ("geometric_mean", d.get("x")))):
         items = d.get(group, [])
         if not isinstance(items, list):
