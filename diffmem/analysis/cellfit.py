@@ -231,26 +231,20 @@ def cell_index(cells: Sequence[Cell], xs: np.ndarray) -> np.ndarray:
     return np.array([index[tuple(float(v) for v in row)] for row in xs], dtype=int)
 
 
-def cells_bracket_variance(cells: Sequence[Cell], xs: np.ndarray, kept: Sequence) -> tuple[np.ndarray, np.ndarray,
-                                                                                          np.ndarray]:
-    """(cell index of each run, each run's bracket variance, each cell's bracket variance) of the runs ``kept``
-    (rows of ``xs``) grouped into ``cells``."""
-    cell_of = cell_index(cells, xs)
-    variances = bracket_variances([p[3] for p in kept], [p[4] for p in kept])
-    return cell_of, variances, cell_bracket_variance(variances, cell_of, len(cells))
-
 
 # --- runs that share a bracket, and cell means on one line ---------------------------------------------------------
 
 @dataclass(frozen=True)
 class RunBrackets:
     """What each run of a law reported, in log10: its ``value`` and its bracket ``lo``, ``hi`` (NaN where unknown),
-    with ``cell_of`` its cell; each of shape (runs,)."""
+    with ``cell_of`` its cell and ``variance`` its bracket variance (:func:`bracket_variances`: 0 where unknown);
+    each of shape (runs,)."""
 
     cell_of: np.ndarray
     value: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    variance: np.ndarray
 
     @classmethod
     def of(cls, cell_of: np.ndarray, values: Sequence[float], lo: Sequence[float | None],
@@ -258,18 +252,22 @@ class RunBrackets:
         """From values and brackets in natural units (lo, hi None where unknown)."""
         def log(seq):
             return np.array([math.log10(x) if x is not None and x > 0 else math.nan for x in seq], dtype=float)
-        return cls(np.asarray(cell_of, dtype=int), np.log10(np.asarray(values, dtype=float)), log(lo), log(hi))
+        return cls(np.asarray(cell_of, dtype=int), np.log10(np.asarray(values, dtype=float)), log(lo), log(hi),
+                   bracket_variances(lo, hi))
+
+    @classmethod
+    def of_points(cls, cells: Sequence[Cell], xs: np.ndarray, kept: Sequence) -> RunBrackets:
+        """Of the runs ``kept`` ((run, x, y, y_lo, y_hi), rows of ``xs``) grouped into ``cells``."""
+        return cls.of(cell_index(cells, xs), [p[2] for p in kept], [p[3] for p in kept], [p[4] for p in kept])
 
     @property
     def known(self) -> np.ndarray:
         """Runs whose bracket is known and has a width."""
-        with np.errstate(invalid="ignore"):
-            return np.isfinite(self.lo) & np.isfinite(self.hi) & (self.hi > self.lo)
+        return self.variance > 0
 
-    @property
-    def variance(self) -> np.ndarray:
-        """Each run's bracket variance ``(log10 hi/lo)^2 / 12`` (0 where unknown), as :func:`bracket_variances`."""
-        return np.where(self.known, (np.where(self.known, self.hi - self.lo, 0.0)) ** 2 / 12.0, 0.0)
+    def cell_variance(self, n_cells: int) -> np.ndarray:
+        """Each cell mean's bracket variance, its runs' taken as independent (:func:`cell_bracket_variance`)."""
+        return cell_bracket_variance(self.variance, self.cell_of, n_cells)
 
     @property
     def rounded(self) -> np.ndarray:
@@ -334,7 +332,7 @@ def collinear_factor(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci
     width = np.where(rounded, runs.hi - runs.lo, 0.0)
     step = float(np.median(width[rounded]))
     sd = step / math.sqrt(12.0)
-    v = cell_bracket_variance(runs.variance, runs.cell_of, n_cells)
+    v = runs.cell_variance(n_cells)
     averaging = runs.averaging(n_cells)
     centre = design[runs.cell_of] @ coef
     anchor = np.where(rounded, runs.lo, 0.0)
@@ -367,8 +365,7 @@ def law_least_squares(cells: Sequence[Cell], runs: RunBrackets, ci: float) -> Le
     cells' bracket variance with the floor of their shared rounding errors, and, when the cell means lie exactly on
     one line, the half width times :func:`collinear_factor`."""
     n_cells = len(cells)
-    ls = cell_least_squares(cells, ci, cell_bracket_variance(runs.variance, runs.cell_of, n_cells),
-                            shared_bracket_covariance(runs, n_cells))
+    ls = cell_least_squares(cells, ci, runs.cell_variance(n_cells), shared_bracket_covariance(runs, n_cells))
     if ls is None or not ls.collinear:
         return ls
     return replace(ls, factor=collinear_factor(design_matrix(cells), runs, ls.coef, ci))

@@ -43,8 +43,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from diffmem.analysis.cellfit import (RunBrackets, bracket_variances, cell_bracket_variance, cell_index,
-                                      cell_least_squares, law_least_squares, make_cells)
+from diffmem.analysis.cellfit import (RunBrackets, bracket_variances, cell_index, cell_least_squares,
+                                      law_least_squares, make_cells)
 from diffmem.analysis.goodness import lack_of_fit, leave_one_out
 from diffmem.analysis.timescales import binomial_interval, tau_mem_level
 from diffmem.eval_grid import evaluation_steps, kept_steps, nearest_log_midpoint
@@ -206,15 +206,13 @@ def fit_interval(xs: np.ndarray, tau: np.ndarray, lo: np.ndarray, hi: np.ndarray
     ``goodness`` is False: then p and the outlier count are None)."""
     ly = np.log10(tau)
     cells = make_cells(xs[:, None], ly, [str(i) for i in range(xs.size)])
-    cell_of = cell_index(cells, xs[:, None])
-    variances = bracket_variances(lo, hi)
-    per_cell = cell_bracket_variance(variances, cell_of, len(cells))
-    ls = law_least_squares(cells, RunBrackets.of(cell_of, tau, lo, hi), ci)
+    runs = RunBrackets.of(cell_index(cells, xs[:, None]), tau, lo, hi)
+    ls = law_least_squares(cells, runs, ci)
     k_lo, k_hi = ls.interval(1)
     if not goodness:
         return float(ls.coef[1]), k_lo, k_hi, None, None
-    lof = lack_of_fit(cells, ls, ly, variances, cell_of)
-    _, outliers = leave_one_out(cells, ci, ["x"], per_cell)
+    lof = lack_of_fit(cells, ls, ly, runs.variance, runs.cell_of)
+    _, outliers = leave_one_out(cells, ci, ["x"], runs.cell_variance(len(cells)))
     return float(ls.coef[1]), k_lo, k_hi, (None if lof is None else lof[2]), len(outliers)
 
 

@@ -10,8 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import optimize, special, stats
 
-from diffmem.analysis.cellfit import (Cell, LeastSquares, cell_least_squares, cells_bracket_variance,
-                                      design_matrix)
+from diffmem.analysis.cellfit import Cell, LeastSquares, RunBrackets, cell_least_squares, design_matrix
 
 LACK_OF_FIT_LEVEL = 0.05
 """A law is called inconsistent with its points when the lack-of-fit test's p-value is below this."""
@@ -184,11 +183,12 @@ def slopes_through_intervals(lx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> 
     return ends[0], ends[1]
 
 
-def goodness_of_fit(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarray, kept: list, ci: float,
-                    exponent_ci: tuple[float | None, float | None], one_variable: bool,
+def goodness_of_fit(cells: list[Cell], ls: LeastSquares, xs: np.ndarray, ly: np.ndarray, kept: list,
+                    runs: RunBrackets, ci: float, exponent_ci: tuple[float | None, float | None], one_variable: bool,
                     names: Sequence[str]) -> GoodnessOfFit:
-    """The goodness of fit of a law fitted to ``cells`` (module docstring)."""
-    cell_of, variances, per_cell = cells_bracket_variance(cells, xs, kept)
+    """The goodness of fit of a law fitted to ``cells`` (module docstring); ``runs``: what the runs ``kept``
+    reported (:meth:`RunBrackets.of_points`)."""
+    cell_of, variances, per_cell = runs.cell_of, runs.variance, runs.cell_variance(len(cells))
     lof = lack_of_fit(cells, ls, ly, variances, cell_of)
     if lof is not None:
         f_stat, dfs, p = lof

@@ -53,7 +53,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from diffmem.analysis.cellfit import Cell, RunBrackets, cell_index, interval_half_width, law_least_squares, make_cells
+from diffmem.analysis.cellfit import Cell, RunBrackets, interval_half_width, law_least_squares, make_cells
 from diffmem.analysis.goodness import GoodnessOfFit, goodness_of_fit
 from diffmem.analysis.runfiles import read_json
 
@@ -250,11 +250,6 @@ def _clean_points(points, x_name: str, quantity: str, excluded) -> tuple[list, l
     return kept, dropped
 
 
-def law_runs(cells: Sequence[Cell], xs: np.ndarray, kept: Sequence) -> RunBrackets:
-    """What the runs ``kept`` ((run, x, y, y_lo, y_hi), rows of ``xs``) reported, with their cells."""
-    return RunBrackets.of(cell_index(cells, xs), [p[2] for p in kept], [p[3] for p in kept], [p[4] for p in kept])
-
-
 def fit_power_law(quantity: str, x_name: str,
                   points: Iterable[tuple[str, float, float] | tuple[str, float, float, float | None, float | None]], *,
                   censored: Iterable[tuple[str, float, float | None]] = (),
@@ -272,7 +267,8 @@ def fit_power_law(quantity: str, x_name: str,
     xs = np.array([[p[1]] for p in kept], dtype=float).reshape(len(kept), 1)
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    ls = law_least_squares(cells, law_runs(cells, xs, kept), ci) if len(cells) >= 2 else None
+    runs = RunBrackets.of_points(cells, xs, kept)
+    ls = law_least_squares(cells, runs, ci) if len(cells) >= 2 else None
     if ls is None:
         return PowerLawFit(**base, cells=tuple(cells),
                            reason=f"fewer than 2 distinct {x_name} values among measured runs "
@@ -283,7 +279,7 @@ def fit_power_law(quantity: str, x_name: str,
                                             "interval (t with 0 degrees of freedom)")
     if ls.collinear:
         note = COLLINEAR_NOTE.format(factor=ls.factor)
-    gof = goodness_of_fit(cells, ls, xs, ly, kept, ci, (k_lo, k_hi), True, [x_name])
+    gof = goodness_of_fit(cells, ls, xs, ly, kept, runs, ci, (k_lo, k_hi), True, [x_name])
     return PowerLawFit(**base, exponent=float(ls.coef[1]), exponent_lo=k_lo, exponent_hi=k_hi,
                        prefactor=float(10 ** ls.coef[0]),
                        prefactor_lo=None if c_lo is None else float(10 ** c_lo),
@@ -373,13 +369,14 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     xs = np.array([p[1] for p in kept], dtype=float).reshape(len(kept), len(names))
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    ls = law_least_squares(cells, law_runs(cells, xs, kept), ci) if len(cells) > len(names) else None
+    runs = RunBrackets.of_points(cells, xs, kept)
+    ls = law_least_squares(cells, runs, ci) if len(cells) > len(names) else None
     if ls is None:
         return JointLawFit(**base, cells=tuple(cells),
                            reason=f"{len(cells)} cells do not determine {len(names)} exponents (each variable must "
                                   "vary on its own, in at least " + str(len(names) + 1) + " cells)")
     ends = [ls.interval(j + 1) for j in range(len(names))]
-    gof = goodness_of_fit(cells, ls, xs, ly, kept, ci, (None, None), False, names)
+    gof = goodness_of_fit(cells, ls, xs, ly, kept, runs, ci, (None, None), False, names)
     return JointLawFit(**base, exponents=tuple(float(v) for v in ls.coef[1:]),
                        exponents_lo=tuple(e[0] for e in ends), exponents_hi=tuple(e[1] for e in ends),
                        prefactor=float(10 ** ls.coef[0]), df=ls.df, scatter=ls.scatter, cells=tuple(cells), gof=gof,
