@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 from diffmem.analysis.runfiles import latest_per_step
-from diffmem.analysis.timescales import TimescaleInputError, estimate_run, evaluation_bracket, tau_bias
+from diffmem.analysis.timescales import TimescaleInputError, estimate_run, tau_bias
 from diffmem.eval_grid import nearest_log_midpoint
 from diffmem.rundir import RunDir
 
@@ -72,9 +72,8 @@ def brackets(records: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     out = {}
     if est["tau_mem"].measured:
         out["tau_mem"] = (int(est["tau_mem"].lo), int(est["tau_mem"].hi))
-    gen = evaluation_bracket(records, est["tau_gen"])
-    if gen is not None:
-        out["tau_gen"] = gen
+    if est["tau_gen"].measured and est["tau_gen"].bracket is not None:
+        out["tau_gen"] = (int(est["tau_gen"].bracket[0]), int(est["tau_gen"].bracket[1]))
     if est["tau_auc"].measured:
         out["tau_auc"] = (int(est["tau_auc"].lo), int(est["tau_auc"].hi))
     return out

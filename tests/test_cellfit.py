@@ -30,8 +30,10 @@ def test_the_batch_rule_is_the_one_experiment_rule():
         y = rng.normal(size=n) * rng.choice([0.0, 0.01, 0.1]) + (0.3 * np.log10(x) if rng.random() < 0.5 else 0)
         v = rng.random(n) * rng.choice([0.0, 0.001, 0.01])
         shared = np.diag(v) + (rng.random() < 0.5) * 0.3 * np.outer(np.sqrt(v), np.sqrt(v))
-        ls = cell_least_squares(cells_of(x, y), 0.95, v, shared)
-        coef, half, collinear = batch_half_widths(design_matrix(cells_of(x, y)), y[None], v, shared[None], 0.95)
+        worst = v * rng.choice([0.0, 1.0], size=n) if rng.random() < 0.5 else None  # some cells interpolated
+        ls = cell_least_squares(cells_of(x, y), 0.95, v, shared, worst)
+        coef, half, collinear = batch_half_widths(design_matrix(cells_of(x, y)), y[None], v, shared[None], 0.95,
+                                                  worst)
         assert coef[0] == pytest.approx(ls.coef)
         for j in range(2):
             assert half[0, j] == pytest.approx(ls.half_width(np.eye(2)[j]), rel=1e-9, abs=1e-15)
@@ -67,6 +69,37 @@ def test_runs_that_report_one_bracket_share_one_rounding_error():
     both = shared_bracket_covariance(runs, 3, batch)
     assert both[0] == pytest.approx(s)
     assert both[1, 0, 0] == pytest.approx(sd ** 2 / 3) and both[1, 0, 1] == 0
+
+
+def test_crossings_interpolated_in_one_bracket_share_its_error_and_stay_out_of_the_worst_case():
+    """Level crossings: seeds of one cell interpolated between the same two evaluations share one error (the
+    interpolation's error comes from the curve in that step); their values differ and are not midpoints, so the
+    worst case, kept for values rounded to a midpoint, leaves them out and the floor is the normal one."""
+    step = 1.5
+    sd = math.log10(step) / math.sqrt(12)
+    lo = np.array([100.0, 100.0, 100.0, 300.0, 300.0, 300.0, 700.0, 700.0, 700.0])
+    value = lo * np.array([1.1, 1.2, 1.3, 1.1, 1.15, 1.2, 1.3, 1.35, 1.4])  # inside [lo, 1.5 lo], off the midpoint
+    cell_of = np.repeat([0, 1, 2], 3)
+    runs = RunBrackets.of(cell_of, value, lo, lo * step)
+    assert not runs.rounded.any()
+    s = shared_bracket_covariance(runs, 3)
+    assert np.diag(s) == pytest.approx(np.full(3, sd ** 2))  # not sd^2 / 3: the seeds share it
+    assert s[0, 1] == 0 and s[1, 2] == 0  # other brackets: independent
+    assert np.all(runs.rounded_cell_variance(3) == 0)
+    x = np.array([16.0, 32.0, 64.0])
+    cells = [Cell((a,), tuple(str(i) for i in range(3 * k, 3 * k + 3)), float(np.log10(value[3 * k:3 * k + 3]).mean()),
+                  None) for k, a in enumerate(x)]
+    ls = law_least_squares(cells, runs, 0.95)
+    assert ls.floor is not None and np.all(ls.floor[:, -1] == 0)  # b^2 = 0, no worst case for interpolated values
+    weights = np.linalg.pinv(design_matrix(cells))
+    normal = stats.norm.ppf(0.975) * math.sqrt(weights[1] @ s @ weights[1])
+    t_part = ls.t * math.sqrt(ls.cov[1, 1])
+    assert ls.half_width(np.array([0.0, 1.0])) == pytest.approx(max(normal, t_part))
+    # the same values rounded to their midpoints keep the worst case
+    mid = np.sqrt(lo * lo * step)
+    rounded = RunBrackets.of(cell_of, mid, lo, lo * step)
+    assert rounded.rounded.all()
+    assert rounded.rounded_cell_variance(3) == pytest.approx(rounded.cell_variance(3))
 
 
 def test_the_shared_floor_holds_a_width_law_whose_taus_coincide_across_n():

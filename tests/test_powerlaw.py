@@ -360,3 +360,23 @@ def test_the_target_checks_name_each_setting_that_misses_a_target():
     # plain t did not cover
     assert lines[3].startswith("- where the previous t covered (2 rows): median width at most 1.33x its "
                                "(shared 1 seed 5 % 3 x); above 1.25x: shared 1 seed 5 % 3 x 1.33x")
+
+
+def test_a_crossing_s_bracket_sets_its_variance_and_survives_fits_json():
+    """A run's bracket narrower than its interval (an interpolated crossing, Estimate.bracket) is what the interval's
+    variance takes; the interval still holds the points' y_lo / y_hi, and fits.json keeps both."""
+    x = [16.0, 32.0, 64.0, 128.0]
+    y = [1000.0, 2100.0, 3900.0, 8200.0]
+    points = [(f"r{i}", a, b, b / 2.0, b * 2.0) for i, (a, b) in enumerate(zip(x, y))]
+    brackets = {f"r{i}": (b / 1.1, b * 1.05) for i, b in enumerate(y)}
+    wide = fit_power_law("tau_mem_at_0.1", "n", points)
+    narrow = fit_power_law("tau_mem_at_0.1", "n", points, brackets=brackets)
+    assert narrow.exponent == pytest.approx(wide.exponent)
+    assert narrow.exponent_hi - narrow.exponent_lo < wide.exponent_hi - wide.exponent_lo
+    assert narrow.brackets == tuple((r, lo, hi) for r, (lo, hi) in brackets.items())
+    d = narrow.to_dict()
+    assert [(p["y_lo"], p["y_hi"]) for p in d["points"]] == [(b / 2.0, b * 2.0) for b in y]
+    assert [(p["bracket_lo"], p["bracket_hi"]) for p in d["points"]] == list(brackets.values())
+    back = PowerLawFit.from_dict(json.loads(json.dumps(d)))
+    assert back.brackets == narrow.brackets and back.points == narrow.points
+    assert "bracket_lo" not in wide.to_dict()["points"][0]

@@ -382,6 +382,8 @@ def fits_damages() -> dict[str, tuple]:
                                          "'tau_mem_vs_n.collinear_factor' is inf, not a finite number"),
         "a fit that is a number": (at("tau_gen_vs_width")(3), "'tau_gen_vs_width' is int, not a fit"),
         "a zero point": (at("tau_mem_vs_n", "points", 0, "x")(0), "'tau_mem_vs_n.points[0].x' is 0, not a number > 0"),
+        "a negative crossing bracket": (at("tau_mem_at_0.1_vs_n", "points", 0, "bracket_lo")(-1.0),
+                                        "'tau_mem_at_0.1_vs_n.points[0].bracket_lo' is -1.0, not a number > 0 or null"),
         "a damaged goodness of fit": (at("tau_mem_vs_n", "by_width", "32", "goodness_of_fit")(1.0),
                                       "'tau_mem_vs_n' is malformed"),
     }

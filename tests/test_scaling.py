@@ -246,7 +246,7 @@ def test_seeds_are_one_cell_with_their_mean_and_spread(planted):
     assert fit.gof.test.startswith("lack-of-fit F") and fit.gof.df == (len(NS) - 2, 2 * len(NS))
     assert fit.gof.consistent is True
     fits = json.loads((root / "fits.json").read_text())
-    assert fits["method_name"] == "ols-cell-means-t-shared-brackets" and "Student t" in fits["method"]
+    assert fits["method_name"] == "ols-cell-means-t-evaluation-brackets" and "Student t" in fits["method"]
     assert fits["tau_mem_vs_n"]["goodness_of_fit"]["p_value"] == pytest.approx(
         summary.fits["tau_mem_vs_n"].all_runs.gof.p_value)
     assert "3 seeds" in summary.format()  # the printed report has one line per cell
@@ -259,6 +259,20 @@ def test_level_crossings_and_the_joint_law_in_the_files(tmp_path):
     rows = read_csv(tmp_path / "summary.csv")
     assert all(r["tau_mem_at_0.01"] is not None and r["tau_mem_at_0.01_lo"] <= r["tau_mem_at_0.01"] for r in rows)
     assert "tau_mem_at_0.1_vs_n" in summary.fits and "tau_mem_at_0.01_vs_width" in summary.fits
+    # each crossing's bracket (the evaluations it is interpolated between) is in summary.csv and is what the fit
+    # took: fits.json's points carry it beside the run's wider interval
+    for r in rows:
+        assert r["tau_mem_at_0.1_lo"] <= r["tau_mem_at_0.1_bracket_lo"] <= r["tau_mem_at_0.1"]
+        assert r["tau_mem_at_0.1"] <= r["tau_mem_at_0.1_bracket_hi"] <= r["tau_mem_at_0.1_hi"]
+    law = json.loads((tmp_path / "fits.json").read_text())["tau_mem_at_0.1_vs_n"]["by_width"]["16"]
+    by_run = {r["run"]: r for r in rows}
+    for p in law["points"]:
+        row = by_run[p["run"]]
+        bracket = (row["tau_mem_at_0.1_bracket_lo"], row["tau_mem_at_0.1_bracket_hi"])
+        assert (p["bracket_lo"], p["bracket_hi"]) == bracket
+        assert (p["y_lo"], p["y_hi"]) == (row["tau_mem_at_0.1_lo"], row["tau_mem_at_0.1_hi"])
+    assert {r: (lo, hi) for r, _, _, lo, hi in summary.fits["tau_mem_at_0.1_vs_n"].groups["16"].points} == {
+        r["run"]: (r["tau_mem_at_0.1_lo"], r["tau_mem_at_0.1_hi"]) for r in rows if r["width"] == 16}
     joint = summary.joint["tau_mem_vs_n_and_width"]
     # planted: tau_mem = 300 N at W = 32 and x 32 / W (synthetic.paper_tau_mem): exponents 1 and -1
     assert joint.fitted and joint.df == 3

@@ -10,7 +10,7 @@ import torch
 
 from diffmem.analysis.runfiles import read_run
 from diffmem.analysis.timescales import (Estimate, TimescaleInputError, binomial_interval, estimate_run,
-                                         evaluation_bracket, quality_se, smoothed_quality, tau_gap, tau_gen, tau_mem,
+                                         quality_se, smoothed_quality, tau_gap, tau_gen, tau_mem,
                                          tau_mem_level)
 from diffmem.metrics.memorization import bootstrap_interval
 from diffmem.monitor import LossGapMonitor, MemorizationMonitor, MonitorError
@@ -110,6 +110,8 @@ def test_tau_mem_level_interpolates_in_log_time_and_brackets_with_the_interval()
     # early end: f_mem_hi first reaches 0.01 at 200 (0.011), so 100 is the last step it excludes the level;
     # late end: f_mem_lo first reaches 0.01 at 400 (0.012)
     assert (at_1pc.lo, at_1pc.hi) == (100.0, 400.0)
+    # its bracket, what the fits take: the two evaluations it is interpolated between (the grid's resolution)
+    assert at_1pc.bracket == (200.0, 400.0) and at_1pc.fit_bracket == (200.0, 400.0)
     at_10pc = tau_mem_level(steps, f, lo, hi, 0.1)
     # 0.02 -> 0.15 between 400 and 800: u = 0.08 / 0.13, 400 * 2^(8/13) = 612.8; f_mem_hi and f_mem_lo both first
     # reach 0.1 at 800, so the interval is [400, 800]
@@ -120,6 +122,7 @@ def test_tau_mem_level_interpolates_in_log_time_and_brackets_with_the_interval()
 def test_tau_mem_level_is_censored_both_ways():
     never = tau_mem_level([10, 100, 1000], [0.0, 0.002, 0.005], [0.0, 0.0, 0.001], [0.0, 0.006, 0.011], 0.01)
     assert never.censored and never.value == never.lo == 1000 and never.hi is None  # lower bound: the last step
+    assert never.bracket is None and never.fit_bracket == (1000, None)
     above = tau_mem_level([10, 100, 1000], [0.2, 0.3, 0.4], [0.15, 0.25, 0.35], [0.25, 0.35, 0.45], 0.1)
     assert above.censored and above.lo is None and above.value == above.hi == 10  # upper bound: the first step
     # f_mem reached 0.01 at 1000 but its lower end did not: not established, a lower bound at the last step that
@@ -383,7 +386,7 @@ def test_tau_gen_of_the_committed_n128_run_is_no_longer_read_on_the_fall():
     est = estimate_run(records)["tau_gen"]
     assert est.level == pytest.approx(0.919, abs=1e-3) and est.noise == pytest.approx(0.0142, abs=1e-4)
     assert est.value == pytest.approx(522.4, abs=0.5) and est.measured
-    assert evaluation_bracket(records, est) == (487, 584)  # FD 0.946 -> 0.875
+    assert est.bracket == (487, 584)  # FD 0.946 -> 0.875: the evaluations it is interpolated between
     assert est.lo == pytest.approx(481.1, abs=0.5) and est.hi == 584
     assert est.level < 1.15 * min(r["fid"] for r in records)  # within 15% of the lowest FD (0.809), not 36%
 

@@ -1,6 +1,6 @@
 """The computation under every power law (diffmem.analysis.powerlaw): runs grouped into cells, least squares on the
 cell means, and the interval that knows each tau's bracket (the rule: powerlaw's docstring, "Interval";
-docs/analysis.md): the cells' bracket variance, the floor of the rounding errors that runs reporting one bracket
+docs/analysis.md): the cells' bracket variance, the floor of the bracket errors that runs reporting one bracket
 share (:func:`shared_bracket_covariance`), and, when the cell means lie exactly on one line, the factor that keeps
 the interval's coverage whatever the scatter (:func:`collinear_factor`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -134,7 +134,8 @@ def z_quantile(ci: float) -> float:
 
 
 def cell_least_squares(cells: Sequence[Cell], ci: float, cell_variance: np.ndarray | None = None,
-                       shared: np.ndarray | None = None) -> LeastSquares | None:
+                       shared: np.ndarray | None = None,
+                       worst_variance: np.ndarray | None = None) -> LeastSquares | None:
     """The fit of :class:`LeastSquares`, or None when the design is singular (e.g. one distinct x).
 
     ``cell_variance`` (log10^2, one per cell, :func:`cell_bracket_variance`): the variance each cell mean has from
@@ -143,7 +144,9 @@ def cell_least_squares(cells: Sequence[Cell], ci: float, cell_variance: np.ndarr
     ``b^2 = max(0, (RSS - sum_i (1 - h_i) v_i) / df)`` (``h_i``: the cell's leverage, so that ``E[RSS] = sum_i
     (1 - h_i) (b^2 + v_i)``). With ``b^2 > 0``: ``cov = C diag(b^2 + v) C'`` (``C = (X'X)^-1 X'``), read with t;
     with every ``v_i`` equal it is the plain ``s^2 (X'X)^-1``. With ``b^2 = 0`` (the residuals are no larger than
-    the brackets alone explain): ``cov = s^2 (X'X)^-1`` with t, floored at the brackets' worst case. ``shared``
+    the brackets alone explain): ``cov = s^2 (X'X)^-1`` with t, floored at the brackets' worst case, taken over
+    ``worst_variance`` (the part of ``cell_variance`` from values rounded to their bracket's midpoint,
+    :meth:`RunBrackets.rounded_cell_variance`; default all of it). ``shared``
     (cells x cells, :func:`shared_bracket_covariance`): the covariance of the cell means' rounding errors; given, the
     interval is never narrower than its normal interval (``rounding_cov = C shared C'``, read with z)."""
     design = design_matrix(cells)
@@ -163,7 +166,8 @@ def cell_least_squares(cells: Sequence[Cell], ci: float, cell_variance: np.ndarr
     if beyond2 > 0 or not v.any():
         return LeastSquares(coef, (weights * (beyond2 + v)) @ weights.T, df, math.sqrt(rss / df), t,
                             math.sqrt(beyond2), None, z, rounding)
-    floor = np.column_stack([weights.T, np.sqrt(v)])
+    worst = v if worst_variance is None else np.asarray(worst_variance, dtype=float)
+    floor = np.column_stack([weights.T, np.sqrt(worst)])
     return LeastSquares(coef, rss / df * (weights @ weights.T), df, math.sqrt(rss / df), t, 0.0, floor, z, rounding)
 
 
@@ -186,11 +190,12 @@ def scatter_split(design: np.ndarray, weights: np.ndarray, leverage: np.ndarray,
 
 
 def batch_half_widths(design: np.ndarray, means: np.ndarray, v: np.ndarray, shared: np.ndarray | None,
-                      ci: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      ci: float, worst: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rule of :func:`cell_least_squares` (factor 1) for a batch of experiments on one design at once: cell
     means ``means`` (B, cells), bracket variances ``v`` (cells,), ``shared`` rounding covariances (B, cells, cells)
-    or None. Returns (coefficients (B, p), half width of each coefficient's interval (B, p), the experiments whose
-    cell means lie exactly on one line (B,)). ``tests/test_cellfit.py`` checks it against cell_least_squares."""
+    or None, ``worst`` the worst case's variances (cells,; None: ``v``). Returns (coefficients (B, p), half width of
+    each coefficient's interval (B, p), the experiments whose cell means lie exactly on one line (B,)).
+    ``tests/test_cellfit.py`` checks it against cell_least_squares."""
     weights, leverage = design_weights(design)
     coef, rss, beyond2 = scatter_split(design, weights, leverage, means, v)
     df = design.shape[0] - design.shape[1]
@@ -199,7 +204,7 @@ def batch_half_widths(design: np.ndarray, means: np.ndarray, v: np.ndarray, shar
     positive = (beyond2 > 0) | (not v.any())
     half_positive = t * np.sqrt(beyond2[:, None] * sq.sum(axis=1)[None, :] + (sq @ v)[None, :])
     half_t = t * np.sqrt(rss[:, None] / df * np.diag(np.linalg.inv(design.T @ design))[None, :])
-    half_floor = np.maximum(half_t, z * (np.abs(weights) @ np.sqrt(v))[None, :])
+    half_floor = np.maximum(half_t, z * (np.abs(weights) @ np.sqrt(v if worst is None else worst))[None, :])
     half = np.where(positive[:, None], half_positive, half_floor)
     if shared is not None:
         rounding = np.einsum("pi,bij,pj->bp", weights, shared, weights)
@@ -256,9 +261,12 @@ class RunBrackets:
                    bracket_variances(lo, hi))
 
     @classmethod
-    def of_points(cls, cells: Sequence[Cell], xs: np.ndarray, kept: Sequence) -> RunBrackets:
-        """Of the runs ``kept`` ((run, x, y, y_lo, y_hi), rows of ``xs``) grouped into ``cells``."""
-        return cls.of(cell_index(cells, xs), [p[2] for p in kept], [p[3] for p in kept], [p[4] for p in kept])
+    def of_points(cls, cells: Sequence[Cell], xs: np.ndarray, kept: Sequence,
+                  brackets: Mapping[str, tuple[float, float]] | None = None) -> RunBrackets:
+        """Of the runs ``kept`` ((run, x, y, y_lo, y_hi), rows of ``xs``) grouped into ``cells``; a run's bracket is
+        its interval (y_lo, y_hi), or ``brackets[run]`` where given (an interpolated crossing's evaluations)."""
+        ends = [(brackets or {}).get(p[0], (p[3], p[4])) for p in kept]
+        return cls.of(cell_index(cells, xs), [p[2] for p in kept], [e[0] for e in ends], [e[1] for e in ends])
 
     @property
     def known(self) -> np.ndarray:
@@ -269,10 +277,14 @@ class RunBrackets:
         """Each cell mean's bracket variance, its runs' taken as independent (:func:`cell_bracket_variance`)."""
         return cell_bracket_variance(self.variance, self.cell_of, n_cells)
 
+    def rounded_cell_variance(self, n_cells: int) -> np.ndarray:
+        """The part of :meth:`cell_variance` from runs whose value is a rounded midpoint (:attr:`rounded`)."""
+        return cell_bracket_variance(np.where(self.rounded, self.variance, 0.0), self.cell_of, n_cells)
+
     @property
     def rounded(self) -> np.ndarray:
-        """Runs whose value is its bracket's log-midpoint (a tau rounded to its bracket, as tau_gen and tau_mem's
-        onset are; a level crossing's interpolated value is not)."""
+        """Runs whose value is its bracket's log-midpoint (a tau rounded to its bracket, as tau_mem's onset is; a
+        crossing interpolated between two evaluations, tau_gen or a level crossing, is not)."""
         mid = np.where(self.known, (self.lo + self.hi) / 2, math.nan)
         with np.errstate(invalid="ignore"):
             return self.known & (np.abs(self.value - mid) <= 1e-9 * np.maximum(1.0, np.abs(self.value)))
@@ -285,17 +297,22 @@ class RunBrackets:
 
 
 def shared_bracket_covariance(runs: RunBrackets, n_cells: int, lo: np.ndarray | None = None) -> np.ndarray:
-    """The covariance (log10^2) of the cell means' rounding errors when runs that report the same bracket (the same
-    value from the same interval: seeds of one cell, or cells whose taus coincide, as tau_gen's at one width across
-    N on one evaluation grid) share one rounding error and all others are independent: shape (cells, cells); its
+    """The covariance (log10^2) of the cell means' bracket errors when runs that report the same bracket share one
+    error and all others are independent: the same value rounded from the same bracket (seeds of one cell, or cells
+    whose taus coincide, as tau_gen's at one width across N on one evaluation grid), or crossings of one cell
+    interpolated between the same two evaluations (seeds whose curves cross in one step of the grid: the
+    interpolation's error comes from the curve's shape in that step, which seeds of one setting share; runs of other
+    cells have other curves, and their errors in one step are not one). Shape (cells, cells); its
     diagonal is at least :func:`cell_bracket_variance`'s. ``lo``: brackets' lower ends to compare instead of
     ``runs.lo`` (shape (runs,) or (B, runs) for a batch of experiments, each run's bracket keeping its width; then
     the shape is (B, cells, cells))."""
     lower = runs.lo if lo is None else lo
     sd = np.sqrt(runs.variance)
     width = np.where(runs.known, runs.hi - runs.lo, math.nan)
-    rounded = runs.rounded
-    pair = rounded[:, None] & rounded[None, :] & np.isclose(width[:, None], width[None, :], rtol=1e-9, atol=0.0)
+    known, rounded = runs.known, runs.rounded
+    one_cell = runs.cell_of[:, None] == runs.cell_of[None, :]
+    pair = ((rounded[:, None] & rounded[None, :]) | (known[:, None] & known[None, :] & one_cell)) \
+        & np.isclose(width[:, None], width[None, :], rtol=1e-9, atol=0.0)
     same = np.isclose(lower[..., :, None], lower[..., None, :], rtol=0.0, atol=1e-9) & pair
     same = same | np.eye(runs.cell_of.size, dtype=bool)
     averaging = runs.averaging(n_cells)
@@ -346,7 +363,8 @@ def collinear_factor(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci
         lower = anchor + index * width
         value = np.where(rounded, lower + width / 2, true)
         shared = shared_bracket_covariance(runs, n_cells, np.where(rounded, lower, np.nan))
-        fit, half, collinear = batch_half_widths(design, value @ averaging.T, v, shared, ci)
+        fit, half, collinear = batch_half_widths(design, value @ averaging.T, v, shared, ci,
+                                                 runs.rounded_cell_variance(n_cells))
         truth = np.repeat(coef[None, :], n_boot, axis=0)
         truth[:, 0] += shift
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -365,7 +383,8 @@ def law_least_squares(cells: Sequence[Cell], runs: RunBrackets, ci: float) -> Le
     cells' bracket variance with the floor of their shared rounding errors, and, when the cell means lie exactly on
     one line, the half width times :func:`collinear_factor`."""
     n_cells = len(cells)
-    ls = cell_least_squares(cells, ci, runs.cell_variance(n_cells), shared_bracket_covariance(runs, n_cells))
+    ls = cell_least_squares(cells, ci, runs.cell_variance(n_cells), shared_bracket_covariance(runs, n_cells),
+                            runs.rounded_cell_variance(n_cells))
     if ls is None or not ls.collinear:
         return ls
     return replace(ls, factor=collinear_factor(design_matrix(cells), runs, ls.coef, ci))

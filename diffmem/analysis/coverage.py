@@ -38,7 +38,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -46,7 +46,7 @@ from tqdm import tqdm
 from diffmem.analysis.cellfit import (RunBrackets, bracket_variances, cell_index, cell_least_squares,
                                       law_least_squares, make_cells)
 from diffmem.analysis.goodness import lack_of_fit, leave_one_out
-from diffmem.analysis.timescales import binomial_interval, tau_mem_level
+from diffmem.analysis.timescales import Estimate, binomial_interval, tau_mem_level
 from diffmem.eval_grid import evaluation_steps, kept_steps, nearest_log_midpoint
 
 EXPONENTS: tuple[float, ...] = (0.0, 0.5, 1.0)
@@ -426,35 +426,40 @@ LEVEL_RISE = 2.0
 evaluation as Binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES with its binomial interval."""
 
 
-def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_level: float) -> tuple[float, float,
-                                                                                                     float] | None:
-    """(value, lo, hi) of tau_mem_at_LEVEL read by the suite's estimator from a planted f_mem curve crossing LEVEL
-    at ``tau_level`` and sampled at ``steps``; None when the estimate is censored."""
+def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_level: float) -> Estimate | None:
+    """tau_mem_at_LEVEL read by the suite's estimator from a planted f_mem curve crossing LEVEL at ``tau_level`` and
+    sampled at ``steps``: its value, interval and bracket (the two evaluations it is interpolated between, what the
+    fits take); None when the estimate is censored."""
     f = np.minimum(LEVEL * (steps / tau_level) ** LEVEL_RISE, 1.0)
     observed = rng.binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES
     f_lo, f_hi = binomial_interval(observed, LEVEL_SAMPLES)
     est = tau_mem_level(steps.tolist(), observed.tolist(), f_lo.tolist(), f_hi.tolist(), LEVEL)
-    if est.censored or est.lo is None or est.hi is None:
-        return None
-    return est.value, est.lo, est.hi
+    return est if est.measured and est.bracket is not None else None
 
 
-def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
-    """The study of one setting for a level-crossing law: each run's f_mem curve is planted (crossing LEVEL at its
-    tau) and evaluated at the setting's grid (refined settings: every kept checkpoint evaluated, as a dense grid),
-    tau_mem_at_LEVEL read with its interpolated value and its interval, then fitted as every law is. Experiments with
-    a censored run are drawn again."""
+def level_experiments(s: Setting, n_sim: int, seed: int = 0) -> Iterator[tuple[np.ndarray, list[Estimate]]]:
+    """``n_sim`` simulated experiments of a level-crossing law, each (x of each run, its crossing): each run's f_mem
+    curve is planted (crossing LEVEL at its tau) and evaluated at the setting's grid (refined settings: every kept
+    checkpoint evaluated, as a dense grid); experiments with a censored run are drawn again. Seeded per setting."""
     rng = setting_rng(seed, 7, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
-    hit, width, hit_prev, width_prev, sds = 0, [], 0, [], []
-    x = 16.0 * 2.0 ** np.arange(s.n_x)
-    xs = np.repeat(x, s.seeds)
+    xs = np.repeat(16.0 * 2.0 ** np.arange(s.n_x), s.seeds)
     done = 0
     while done < n_sim:
         tau = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
         rows = [planted_level_crossing(rng, steps, t) for steps, t in zip(level_grids(rng, s, xs), tau)]
         if any(r is None for r in rows):
             continue
-        value, lo, hi = (np.array(v, dtype=float) for v in zip(*rows))
+        done += 1
+        yield xs, rows
+
+
+def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
+    """The study of one setting for a level-crossing law (:func:`level_experiments`): tau_mem_at_LEVEL read with its
+    interpolated value and its bracket, then fitted as every law is."""
+    hit, width, hit_prev, width_prev, sds = 0, [], 0, [], []
+    for xs, rows in level_experiments(s, n_sim, seed):
+        value = np.array([r.value for r in rows])
+        lo, hi = (np.array(v, dtype=float) for v in zip(*(r.bracket for r in rows)))
         sds.append(median_bracket_sd(lo, hi))
         _, a, b, _, _ = fit_interval(xs, value, lo, hi)
         hit += a <= s.exponent <= b
@@ -462,7 +467,6 @@ def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
         _, a, b = previous_t_interval(xs, value)
         hit_prev += a <= s.exponent <= b
         width_prev.append(b - a)
-        done += 1
     return SettingResult(s, n_sim, hit / n_sim, float(np.median(width)), hit_prev / n_sim,
                          float(np.median(width_prev)), None, None, float(np.median(sds)))
 
@@ -490,7 +494,7 @@ def level_grids(rng: np.random.Generator, s: Setting, xs: np.ndarray) -> list[np
 
 
 def level_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True), seeds: Sequence[int] = SEEDS,
-                   scatters: Sequence[float] = SCATTERS, n_xs: Sequence[int] = (4, 6),
+                   scatters: Sequence[float] = SCATTERS, n_xs: Sequence[int] = (3, 4, 6),
                    grid_ratio: float = 1.2, refine_ratio: float = 1.1) -> list[Setting]:
     """The level-crossing study's settings (planted exponent 1, the law of tau_mem), in the order of its table."""
     return [Setting(1.0, n, m, sc, g, r, grid_ratio, refine_ratio)
@@ -589,6 +593,7 @@ def joint_target_checks(results: Sequence[JointResult]) -> str:
 
 
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
-           "previous_t_interval", "run_setting", "joint_experiments", "run_joint_setting", "run_level_setting",
+           "previous_t_interval", "run_setting", "joint_experiments", "run_joint_setting", "level_experiments",
+           "run_level_setting",
            "settings", "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
            "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks"]

@@ -10,20 +10,26 @@ The method (docs/analysis.md, "Fits", copies this and gives its coverage study):
 - **Fit.** Ordinary least squares of the cell means on ``log10 x`` (one column per variable), all cells weighted
   equally.
 - **Interval.** Student t with ``df = cells - parameters`` degrees of freedom, on a variance that knows the
-  measurement's resolution (:func:`cell_least_squares`). Each tau is known only within its interval [lo, hi] (its
-  bracket); taken as uniform in log10 it has the variance ``(log10 hi/lo)^2 / 12``, and a cell mean ``v_i``, the sum
-  over its runs divided by runs^2. The residual scatter of the cell means is split into that known part and the
+  measurement's resolution (:func:`cell_least_squares`). Each tau is known only within its bracket [lo, hi] of
+  evaluations: its interval for tau_mem's onset, tau_gap, tau_bias and tau_auc; for a crossing interpolated between
+  two evaluations (tau_gen, the level crossings) those two (``Estimate.bracket``), because the noise of the measure
+  that its interval also carries differs from run to run and is part of the scatter the fit measures. Taken as
+  uniform in log10 a bracket has the variance ``(log10 hi/lo)^2 / 12``, and a cell mean ``v_i``, the sum over its
+  runs divided by runs^2. The residual scatter of the cell means is split into that known part and the
   scatter beyond the brackets, ``b^2 = max(0, (RSS - sum_i (1 - h_i) v_i) / df)`` (``h_i``: the cell's leverage).
   With ``b^2 > 0``: ``cov = C diag(b^2 + v) C'`` (``C = (X'X)^-1 X'``) and ``exponent +- t(0.975, df) * se``; when
   every cell's brackets are alike this is the plain t interval on the residual scatter, and a coarse bracket weighs
   by its width. With ``b^2 = 0`` (the residuals are no larger than the brackets alone explain) the residuals cannot
   say how the brackets' errors correlate: on one evaluation grid shared by every x they are the same function of
   tau, and three or four bracket midpoints can lie almost on a line with the wrong slope. The interval is then the
-  wider of the plain t interval and the normal interval of the brackets' worst case, errors of one sign:
-  ``+- z(0.975) * sum_i |C_ji| sqrt(v_i)``. In either case the interval is never narrower than the normal interval
-  of the rounding errors alone when runs that report the same bracket share one error (seeds of one cell, or cells
-  whose taus coincide, as tau_gen's across N at one width): averaging such runs does not shrink their rounding
-  (``z sqrt(C S C')``, :func:`diffmem.analysis.cellfit.shared_bracket_covariance`). When the cell means lie exactly
+  wider of the plain t interval and the normal interval of the worst case of the values rounded to their bracket's
+  midpoint, errors of one sign: ``+- z(0.975) * sum_i |C_ji| sqrt(r_i)`` (``r_i``: the part of ``v_i`` from such
+  runs; an interpolated crossing's error is not a rounding, and the level-crossing study shows the worst case
+  needless for it once runs in one bracket share their error, below). In either case the interval is never narrower
+  than the normal interval of the brackets' errors alone when runs that report the same bracket share one error
+  (seeds of one cell, or cells whose taus coincide, as tau_gen's across N at one width; crossings interpolated in
+  one bracket): averaging such runs does not shrink it (``z sqrt(C S C')``,
+  :func:`diffmem.analysis.cellfit.shared_bracket_covariance`). When the cell means lie exactly
   on one line (no residual: bracket midpoints on one shared grid can, a whole number of grid steps apart), nothing
   measures the run-to-run scatter, and the half width is multiplied by the factor that keeps the rule's coverage at
   every scatter on this design and these brackets, found by simulating the experiment on its brackets' own lattices
@@ -49,7 +55,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -63,23 +69,27 @@ EXTRA_FIT_NAMES: tuple[str, ...] = ("tau_mem_epochs_vs_n", "tau_mem_vs_width", "
 pairs); loaded when present."""
 
 
-FIT_METHOD = "ols-cell-means-t-shared-brackets"
+FIT_METHOD = "ols-cell-means-t-evaluation-brackets"
 FIT_METHOD_TEXT = ("log10 least squares on cell means (the runs of one x averaged in log10: seeds are replicates); "
                    "95% interval: Student t with (cells - parameters) degrees of freedom on each cell mean's bracket "
-                   "variance plus the scatter beyond the brackets estimated from the residuals; where the brackets "
-                   "explain all the scatter at least the normal interval of their worst case (errors of one sign); "
-                   "never narrower than the normal interval of the rounding errors, runs that report one bracket "
-                   "sharing one error; where the cell means lie exactly on one line, widened by the factor that keeps "
-                   "the coverage at every scatter on the law's own brackets (simulated); goodness of fit: lack-of-fit "
-                   "F test against free cell means (pure error: within-cell variance + bracket variance) when seeds "
-                   "exist, and the lines through every run's interval")
+                   "variance (a run's bracket: its interval of evaluations, or for a crossing interpolated between "
+                   "two evaluations those two) plus the scatter beyond the brackets estimated from the residuals; "
+                   "where the brackets explain all the scatter at least the normal interval of the worst case of the "
+                   "values rounded to their bracket's midpoint (errors of one sign); never narrower than the normal "
+                   "interval of the brackets' errors, runs that report one bracket sharing one error; where the cell "
+                   "means lie exactly on one line, widened by the factor that keeps the coverage at every scatter on "
+                   "the law's own brackets (simulated); goodness of fit: lack-of-fit F test against free cell means "
+                   "(pure error: within-cell variance + bracket variance) when seeds exist, and the lines through "
+                   "every run's interval")
 """The fit method's name in fits.json and its one-line description (the module docstring has the whole rule)."""
 
 OLD_FIT_METHOD = "bootstrap-over-runs"
 """The method of fits written by diffmem <= 0.3 (percentile bootstrap over runs; its coverage: docs/analysis.md).
 Later files named "ols-cell-means-t" (the t interval on the residual scatter alone) and then
 "ols-cell-means-t-bracket-variance" (the bracket variance, without the shared-bracket floor and the collinear
-factor, whose shortfalls on one shared grid docs/coverage.md keeps); :func:`load_fits` refuses all of them."""
+factor, whose shortfalls on one shared grid docs/coverage.md keeps), then "ols-cell-means-t-shared-brackets" (a
+crossing's bracket was its whole interval, and every bracket entered the worst case); :func:`load_fits` refuses all
+of them."""
 
 
 COLLINEAR_NOTE = ("the cell means lie exactly on one line (no residual, as bracket midpoints on one shared "
@@ -105,10 +115,12 @@ class PowerLawFit:
     """``y = prefactor * x ** exponent`` fitted in log-log space over cells of runs (module docstring).
 
     ``points``: (run, x, y, y_lo, y_hi) of the measured runs used (y_lo/y_hi: the run's own interval, None when
-    unknown); ``censored``: (run, x, bound) left out because tau is a bound; ``excluded``: (run, reason) left out
-    because tau is missing. ``reason`` is None when fitted, else why not. ``df``, ``scatter`` (residual standard
-    deviation of a cell mean, log10) and ``cov`` (covariance of log10 prefactor and exponent, row-major 2 x 2) carry
-    the interval; ``ci_note`` says when there is none, or why the one given may be too narrow
+    unknown); ``brackets``: (run, lo, hi) of the runs whose bracket, the fit's resolution of the value
+    (``Estimate.bracket``: the evaluations an interpolated crossing lies between), is narrower than that interval; the
+    other runs' bracket is their interval; ``censored``: (run, x, bound) left out because tau is a bound; ``excluded``:
+    (run, reason) left out because tau is missing. ``reason`` is None when fitted, else why not. ``df``, ``scatter``
+    (residual standard deviation of a cell mean, log10) and ``cov`` (covariance of log10 prefactor and exponent,
+    row-major 2 x 2) carry the interval; ``ci_note`` says when there is none, or why the one given may be too narrow
     (:data:`COLLINEAR_NOTE`). ``gof`` is the goodness of fit.
     """
 
@@ -138,6 +150,7 @@ class PowerLawFit:
     z: float | None = None
     rounding_cov: tuple[float, float, float, float] | None = None
     factor: float = 1.0
+    brackets: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def fitted(self) -> bool:
@@ -188,7 +201,8 @@ class PowerLawFit:
             "reason": self.reason, "ci_note": self.ci_note,
             "goodness_of_fit": self.gof.to_dict() if self.gof else None,
             "cells": [c.to_dict([self.x_name]) for c in self.cells],
-            "points": [{"run": r, "x": x, "y": y, "y_lo": lo, "y_hi": hi} for r, x, y, lo, hi in self.points],
+            "points": [{"run": r, "x": x, "y": y, "y_lo": lo, "y_hi": hi, **bracket_cells(self.brackets, r)}
+                       for r, x, y, lo, hi in self.points],
             "censored": [{"run": r, "x": x, "lower_bound": b} for r, x, b in self.censored],
             "excluded": [{"run": r, "reason": why} for r, why in self.excluded],
         }
@@ -214,7 +228,7 @@ class PowerLawFit:
                 if d.get("bracket_floor") else None, z=d.get("z"),
                 cov=tuple(d["cov_log10"]) if d.get("cov_log10") else None, t=d.get("t"),
                 rounding_cov=tuple(d["rounding_cov_log10"]) if d.get("rounding_cov_log10") else None,
-                factor=float(d.get("collinear_factor", 1.0)),
+                factor=float(d.get("collinear_factor", 1.0)), brackets=brackets_of(d.get("points", [])),
                 cells=tuple(Cell((float(c[d["x"]]),), tuple(c["runs"]), math.log10(c["geometric_mean"]),
                                  c.get("spread_log10")) for c in d.get("cells", [])),
                 gof=GoodnessOfFit.from_dict(d["goodness_of_fit"]) if d.get("goodness_of_fit") else None,
@@ -232,6 +246,27 @@ class PowerLawFit:
                 f"({self.n_runs} runs in {len(self.cells)} cells, t {self.df} df"
                 + (f", {len(self.censored)} censored left out" if self.censored else "") + ")")
         return text + (f"; {self.gof.summary()}" if self.gof else "")
+
+
+def used_brackets(kept: Sequence[tuple], brackets: Mapping[str, tuple[float, float]] | None
+                  ) -> tuple[tuple[str, float, float], ...]:
+    """(run, lo, hi) of the runs among ``kept`` that ``brackets`` gives a bracket of their own, in ``kept``'s order."""
+    given = brackets or {}
+    return tuple((p[0], float(given[p[0]][0]), float(given[p[0]][1])) for p in kept if p[0] in given)
+
+
+def bracket_cells(brackets: Sequence[tuple[str, float, float]], run: str) -> dict[str, float]:
+    """fits.json's ``bracket_lo`` / ``bracket_hi`` of a point whose run has a bracket of its own, else nothing."""
+    for r, lo, hi in brackets:
+        if r == run:
+            return {"bracket_lo": lo, "bracket_hi": hi}
+    return {}
+
+
+def brackets_of(points: Sequence[dict[str, Any]]) -> tuple[tuple[str, float, float], ...]:
+    """The brackets of fits.json's ``points`` (those with ``bracket_lo`` / ``bracket_hi``)."""
+    return tuple((p["run"], float(p["bracket_lo"]), float(p["bracket_hi"])) for p in points
+                 if p.get("bracket_lo") is not None and p.get("bracket_hi") is not None)
 
 
 def _clean_points(points, x_name: str, quantity: str, excluded) -> tuple[list, list]:
@@ -253,8 +288,12 @@ def _clean_points(points, x_name: str, quantity: str, excluded) -> tuple[list, l
 def fit_power_law(quantity: str, x_name: str,
                   points: Iterable[tuple[str, float, float] | tuple[str, float, float, float | None, float | None]], *,
                   censored: Iterable[tuple[str, float, float | None]] = (),
-                  excluded: Iterable[tuple[str, str]] = (), ci: float = 0.95) -> PowerLawFit:
+                  excluded: Iterable[tuple[str, str]] = (), ci: float = 0.95,
+                  brackets: Mapping[str, tuple[float, float]] | None = None) -> PowerLawFit:
     """Fit ``y = A x^k`` to ``points`` (run, x, y[, y_lo, y_hi]) by the module docstring's method.
+
+    ``brackets``: per run, the bracket the interval takes for its value where it is narrower than (lo, hi)
+    (``Estimate.bracket``); the other runs' bracket is (lo, hi).
 
     Points with a non-positive x or y are moved to ``excluded``. Fewer than 2 distinct x -> not fitted (reason set);
     exactly 2 -> fitted without an interval (``ci_note`` says so).
@@ -267,7 +306,8 @@ def fit_power_law(quantity: str, x_name: str,
     xs = np.array([[p[1]] for p in kept], dtype=float).reshape(len(kept), 1)
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    runs = RunBrackets.of_points(cells, xs, kept)
+    fit_brackets = used_brackets(kept, brackets)
+    runs = RunBrackets.of_points(cells, xs, kept, dict((r, (lo, hi)) for r, lo, hi in fit_brackets))
     ls = law_least_squares(cells, runs, ci) if len(cells) >= 2 else None
     if ls is None:
         return PowerLawFit(**base, cells=tuple(cells),
@@ -290,7 +330,7 @@ def fit_power_law(quantity: str, x_name: str,
                        cov=None if ls.cov is None else tuple(float(v) for v in ls.cov.ravel()), t=ls.t,
                        rounding_cov=(None if ls.rounding_cov is None
                                      else tuple(float(v) for v in ls.rounding_cov.ravel())),
-                       factor=ls.factor, cells=tuple(cells), gof=gof)
+                       factor=ls.factor, cells=tuple(cells), gof=gof, brackets=fit_brackets)
 
 
 # --- the law of several variables ----------------------------------------------------------------------------------
@@ -298,7 +338,8 @@ def fit_power_law(quantity: str, x_name: str,
 @dataclass(frozen=True)
 class JointLawFit:
     """``y = prefactor * prod_j x_j ** exponents_j`` over cells of several variables (e.g. N and W), by the same
-    method as :class:`PowerLawFit`. ``points``: (run, (x_1, ...), y, y_lo, y_hi)."""
+    method as :class:`PowerLawFit`. ``points``: (run, (x_1, ...), y, y_lo, y_hi); ``brackets`` as
+    :class:`PowerLawFit`'s."""
 
     quantity: str
     x_names: tuple[str, ...]
@@ -318,6 +359,7 @@ class JointLawFit:
     beyond_brackets: float | None = None
     floored: bool = False
     factor: float = 1.0
+    brackets: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def fitted(self) -> bool:
@@ -347,8 +389,8 @@ class JointLawFit:
             "n_runs": len(self.points),
             "goodness_of_fit": self.gof.to_dict() if self.gof else None,
             "cells": [c.to_dict(self.x_names) for c in self.cells],
-            "points": [{"run": r, **dict(zip(self.x_names, x)), "y": y, "y_lo": lo, "y_hi": hi}
-                       for r, x, y, lo, hi in self.points],
+            "points": [{"run": r, **dict(zip(self.x_names, x)), "y": y, "y_lo": lo, "y_hi": hi,
+                        **bracket_cells(self.brackets, r)} for r, x, y, lo, hi in self.points],
             "censored": [{"run": r, **dict(zip(self.x_names, x)), "lower_bound": b} for r, x, b in self.censored],
             "excluded": [{"run": r, "reason": why} for r, why in self.excluded],
         }
@@ -356,7 +398,7 @@ class JointLawFit:
 
 def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple], *,
                   censored: Iterable[tuple] = (), excluded: Iterable[tuple[str, str]] = (),
-                  ci: float = 0.95) -> JointLawFit:
+                  ci: float = 0.95, brackets: Mapping[str, tuple[float, float]] | None = None) -> JointLawFit:
     """Fit ``y = A prod_j x_j^k_j`` to ``points`` (run, (x_1, ..., x_p), y, y_lo, y_hi) by the module docstring's
     method. Not fitted (reason set) when the x values do not vary independently (e.g. one width only, or N and W
     changing together)."""
@@ -369,7 +411,8 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     xs = np.array([p[1] for p in kept], dtype=float).reshape(len(kept), len(names))
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
-    runs = RunBrackets.of_points(cells, xs, kept)
+    fit_brackets = used_brackets(kept, brackets)
+    runs = RunBrackets.of_points(cells, xs, kept, dict((r, (lo, hi)) for r, lo, hi in fit_brackets))
     ls = law_least_squares(cells, runs, ci) if len(cells) > len(names) else None
     if ls is None:
         return JointLawFit(**base, cells=tuple(cells),
@@ -380,7 +423,8 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     return JointLawFit(**base, exponents=tuple(float(v) for v in ls.coef[1:]),
                        exponents_lo=tuple(e[0] for e in ends), exponents_hi=tuple(e[1] for e in ends),
                        prefactor=float(10 ** ls.coef[0]), df=ls.df, scatter=ls.scatter, cells=tuple(cells), gof=gof,
-                       beyond_brackets=ls.beyond_brackets, floored=ls.floor is not None, factor=ls.factor)
+                       beyond_brackets=ls.beyond_brackets, floored=ls.floor is not None, factor=ls.factor,
+                       brackets=fit_brackets)
 
 
 @dataclass(frozen=True)
@@ -476,7 +520,8 @@ def fit_problem(d: Any, key: str) -> str | None:
     """What is wrong with the fit ``d`` stored under ``key`` of fits.json (a phrase naming the key path), None when
     :meth:`PowerLawFit.from_dict` and the predictions can use it: numbers finite (no NaN or infinity) or null,
     prefactors and x > 0, a fitted law (exponent set) with a prefactor, a covariance of four numbers, points and
-    cells with positive finite values, and the same for each fit of ``by_width`` / ``by_n``."""
+    cells with positive finite values (a point's bracket too, where it has one), and the same for each fit of
+    ``by_width`` / ``by_n``."""
     if not isinstance(d, dict):
         return f"'{key}' is {type(d).__name__}, not a fit (a JSON object)"
     for name in ("quantity", "x"):
@@ -508,6 +553,10 @@ def fit_problem(d: Any, key: str) -> str | None:
             for field_name in fields:
                 if not (_finite(item.get(field_name)) and item[field_name] > 0):
                     return f"'{key}.{group}[{i}].{field_name}' is {item.get(field_name)!r}, not a number > 0"
+            for field_name in (("bracket_lo", "bracket_hi") if group == "points" else ()):
+                value = item.get(field_name)
+                if value is not None and not (_finite(value) and value > 0):
+                    return f"'{key}.{group}[{i}].{field_name}' is {value!r}, not a number > 0 or null"
     for by in ("by_width", "by_n"):
         if by in d:
             if not isinstance(d[by], dict):

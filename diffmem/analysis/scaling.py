@@ -53,24 +53,25 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "tau_mem_seed_gsd", "data_source", "image_size", "optimizer", "lr", "train_s", "eval_s",
 )
 """Columns of summary.csv, in order. ``steps`` is the last evaluated step (an integer); ``planned_steps`` is
-train.steps; ``batch`` the effective batch; ``*_epochs`` the same timescale in passes over the train set
-(steps x batch / n). Quality's resolution: ``fid_first`` is the FID / FD at the first evaluation,
-``fid_plateau_noise`` the plateau's noise sigma of the tau_gen rule (the FID's own standard error over the plateau,
-or its scatter about the curve's local trend when no standard error was recorded), ``fid_noise_to_fall`` = fid_plateau_noise / (fid_first - min_fid):
-how large that noise is against the curve's fall to its plateau (small: tau_gen is well resolved).
-``tau_gen_bracket_lo/hi``: the evaluated steps just before and after tau_gen's crossing, the part of its interval
-that only more evaluations narrow (the interval [tau_gen_lo, tau_gen_hi] holds it and also carries the FID's
-noise); tau_mem's interval is its bracket of evaluations already. ``tau_mem_n_samples``: the samples drawn at the
-evaluation where tau_mem's onset was detected (more samples detect it earlier: compare runs only at equal counts,
-or use the level crossings). Seeds: ``seeds_in_cell`` counts the runs of the same (n, width) and, over those whose
-value is measured, ``*_seed_gmean`` is the geometric mean and ``*_seed_gsd`` the geometric standard deviation (a
-factor: 1.10 = +-10 %; empty with fewer than 2 measured seeds). What each run was: ``data_source`` (data.source),
-``image_size`` (data.image_size, pixels), ``optimizer`` and ``lr`` (train.optimizer, train.lr); every run of one
-analysis agrees on them (:func:`check_comparable`). What each run cost: ``train_s``, the seconds its training steps
-took (cumulative over resumes, evaluations excluded), and ``eval_s``, the seconds of all its evaluations (every
-metrics line's ``wall_s``, refinement included); empty for metrics written before diffmem recorded them. After these come four columns per level L of
-``eval.mem_levels`` (:func:`level_columns`): ``tau_mem_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which
-f_mem crosses L."""
+train.steps; ``batch`` the effective batch; ``*_epochs`` the same timescale in passes over the train set (steps x batch
+/ n). Quality's resolution: ``fid_first`` is the FID / FD at the first evaluation, ``fid_plateau_noise`` the plateau's
+noise sigma of the tau_gen rule (the FID's own standard error over the plateau, or its scatter about the curve's local
+trend when no standard error was recorded), ``fid_noise_to_fall`` = fid_plateau_noise / (fid_first - min_fid): how large
+that noise is against the curve's fall to its plateau (small: tau_gen is well resolved). ``tau_gen_bracket_lo/hi``: the
+evaluated steps just before and after tau_gen's crossing, the part of its interval that only more evaluations narrow and
+the bracket the fits take (the interval [tau_gen_lo, tau_gen_hi] holds it and also carries the FID's noise); tau_mem's
+interval is its bracket of evaluations already. ``tau_mem_n_samples``: the samples drawn at the evaluation where
+tau_mem's onset was detected (more samples detect it earlier: compare runs only at equal counts, or use the level
+crossings). Seeds: ``seeds_in_cell`` counts the runs of the same (n, width) and, over those whose value is measured,
+``*_seed_gmean`` is the geometric mean and ``*_seed_gsd`` the geometric standard deviation (a factor: 1.10 = +-10 %;
+empty with fewer than 2 measured seeds). What each run was: ``data_source`` (data.source), ``image_size``
+(data.image_size, pixels), ``optimizer`` and ``lr`` (train.optimizer, train.lr); every run of one analysis agrees on
+them (:func:`check_comparable`). What each run cost: ``train_s``, the seconds its training steps took (cumulative over
+resumes, evaluations excluded), and ``eval_s``, the seconds of all its evaluations (every metrics line's ``wall_s``,
+refinement included); empty for metrics written before diffmem recorded them. After these come six columns per level L
+of ``eval.mem_levels`` (:func:`level_columns`): ``tau_mem_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which
+f_mem crosses L and its interval, and ``_bracket_lo``, ``_bracket_hi``, the two evaluations it is interpolated between
+(the bracket the fits take: ``Estimate.bracket``)."""
 
 
 PAIR_COLUMNS: tuple[str, ...] = ("pair", "tau_bias", "tau_bias_lo", "tau_bias_hi", "tau_bias_censored",
@@ -79,8 +80,9 @@ PAIR_COLUMNS: tuple[str, ...] = ("pair", "tau_bias", "tau_bias_lo", "tau_bias_hi
 pairs`): both members' rows name their pair (the split-0 run's name) and carry the pair's tau_bias, its interval
 ``tau_bias_lo`` / ``tau_bias_hi`` (the bracket of evaluations: the one before and the one from which the bias stays
 established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``; other runs
-leave them empty. After them come four columns per level L of ``eval.bias_levels`` (:func:`level_columns` of ``tau_bias``):
-``tau_bias_at_L``, ``_lo``, ``_hi``, ``_censored``, the step at which the pair's bias crosses L."""
+leave them empty. After them come six columns per level L of ``eval.bias_levels`` (:func:`level_columns` of
+``tau_bias``): ``tau_bias_at_L``, ``_lo``, ``_hi``, ``_censored``, ``_bracket_lo``, ``_bracket_hi``, the step at
+which the pair's bias crosses L, its interval, and the two evaluations it is interpolated between."""
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -99,9 +101,17 @@ def level_of(name: str) -> float:
     return float(name.rsplit("_at_", 1)[1])
 
 
+def level_cells_of(name: str, est: Estimate) -> dict[str, Any]:
+    """The summary.csv cells of one level crossing (:func:`level_columns`)."""
+    bracket = est.bracket or (None, None)
+    return {name: est.value, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_censored": est.censored,
+            f"{name}_bracket_lo": bracket[0], f"{name}_bracket_hi": bracket[1]}
+
+
 def level_columns(levels: Sequence[float], quantity: str = "tau_mem") -> list[str]:
     """summary.csv's columns of ``quantity``'s level crossings, in order."""
-    return [level_name(v, quantity) + suffix for v in levels for suffix in ("", "_lo", "_hi", "_censored")]
+    suffixes = ("", "_lo", "_hi", "_censored", "_bracket_lo", "_bracket_hi")
+    return [level_name(v, quantity) + suffix for v in levels for suffix in suffixes]
 
 
 def level_keys(rows: Sequence[dict[str, Any]], quantity: str = "tau_mem") -> list[str]:
@@ -163,8 +173,7 @@ class RunSummary:
         across runs by :func:`seed_columns`)."""
         level_cells = {}
         for name, est in self.levels.items():
-            level_cells.update({name: est.value, f"{name}_lo": est.lo, f"{name}_hi": est.hi,
-                                f"{name}_censored": est.censored})
+            level_cells.update(level_cells_of(name, est))
         return {**level_cells, "tau_mem_n_samples": self.tau_mem_n_samples,
             "run": self.run, "n": self.n, "width": self.width, "params": self.params, "seed": self.seed,
             "steps": self.steps,
@@ -200,7 +209,8 @@ class RunSummary:
         f = self.batch / self.n
         scale = lambda v: None if v is None else v * f  # noqa: E731
         return Estimate(scale(est.value), scale(est.lo), scale(est.hi), est.censored, f"{est.rule}; x batch / n",
-                        est.level, est.noise)
+                        est.level, est.noise, None if est.bracket is None else (scale(est.bracket[0]),
+                                                                                 scale(est.bracket[1])))
 
     @property
     def tau_mem_epochs(self) -> Estimate:
@@ -240,7 +250,7 @@ class PairSummary:
         cells = {"pair": self.run, "tau_bias": e.value, "tau_bias_lo": e.lo, "tau_bias_hi": e.hi,
                  "tau_bias_censored": e.censored, "pair_evals": self.n_evals}
         for name, est in self.levels.items():
-            cells |= {name: est.value, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_censored": est.censored}
+            cells |= level_cells_of(name, est)
         return cells
 
 
@@ -322,7 +332,7 @@ def summarize_run(record: RunRecord) -> RunSummary:
         final_f_mem=float(finite_f[-1]) if finite_f.size else None,
         fid_first=float(finite_fid[0]) if finite_fid.size else None,
         tau_gen=tau_gen, tau_mem=tau_mem, tau_gap=tau_gap,
-        tau_gen_bracket=timescales.evaluation_bracket(record.evaluations, tau_gen),
+        tau_gen_bracket=None if tau_gen.bracket is None else (int(tau_gen.bracket[0]), int(tau_gen.bracket[1])),
         levels={level_name(v): estimates[level_name(v)] for v in record.mem_levels},
         tau_mem_n_samples=_onset_samples(record.evaluations, tau_mem),
         data_source=record.config.data.source, image_size=record.config.data.image_size,
@@ -344,8 +354,10 @@ def _onset_samples(records: Sequence[dict[str, Any]], est: Estimate) -> int | No
 
 # --- power-law fits -------------------------------------------------------------------------------------------------
 
-def _split(runs: Sequence[RunSummary], quantity: str, x_of) -> tuple[list, list, list]:
-    points, censored, excluded = [], [], []
+def _split(runs: Sequence[RunSummary], quantity: str, x_of) -> tuple[list, list, list, dict]:
+    """(points, censored, excluded, brackets) of ``quantity`` for the fits: points (run, x, value, lo, hi) with the
+    run's interval, and the runs whose bracket is narrower than it (``Estimate.bracket``)."""
+    points, censored, excluded, brackets = [], [], [], {}
     for r in runs:
         est = r.estimate(quantity)
         x = x_of(r)
@@ -357,17 +369,19 @@ def _split(runs: Sequence[RunSummary], quantity: str, x_of) -> tuple[list, list,
             excluded.append((r.run, f"upper bound only: {est.rule}"))
         else:
             points.append((r.run, x, est.value, est.lo, est.hi))
-    return points, censored, excluded
+            if est.bracket is not None:
+                brackets[r.run] = est.bracket
+    return points, censored, excluded, brackets
 
 
 def _fit(runs, quantity, x_name, x_of) -> PowerLawFit:
-    points, censored, excluded = _split(runs, quantity, x_of)
-    return fit_power_law(quantity, x_name, points, censored=censored, excluded=excluded)
+    points, censored, excluded, brackets = _split(runs, quantity, x_of)
+    return fit_power_law(quantity, x_name, points, censored=censored, excluded=excluded, brackets=brackets)
 
 
 def _fit_joint(runs, quantity) -> JointLawFit:
-    points, censored, excluded = _split(runs, quantity, lambda r: (float(r.n), float(r.width)))
-    return fit_joint_law(quantity, ("n", "width"), points, censored=censored, excluded=excluded)
+    points, censored, excluded, brackets = _split(runs, quantity, lambda r: (float(r.n), float(r.width)))
+    return fit_joint_law(quantity, ("n", "width"), points, censored=censored, excluded=excluded, brackets=brackets)
 
 
 def _n_of(r) -> float:

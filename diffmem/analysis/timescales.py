@@ -38,7 +38,10 @@ Definitions (docs/analysis.md copies them):
   everything from the first step the data cannot exclude to the first step the data establish, so a crossing read
   on a chance excursion has a wide interval. Censoring: f_mem below L at every evaluation: lower bound, value = lo =
   the last step; at or above L at the first evaluation: upper bound at the first step; f_mem reached L but f_mem_lo
-  never did: not established, lower bound at the interval's early end. Missing intervals come from ``n_samples``
+  never did: not established, lower bound at the interval's early end. Its *bracket* (``Estimate.bracket``) is the
+  two evaluations it is interpolated between, the grid's resolution: the power-law fits take it as the value's
+  bracket, because f_mem's sampling noise, which the interval also carries, differs from run to run and enters a
+  fit through the scatter between runs (docs/analysis.md, "The interval"). Missing intervals come from ``n_samples``
   (binomial) as for tau_mem. Unlike the onset, whose step is where k ~ 4 copies among the n samples become
   significant (f_mem ~ 4/n, so it moves earlier as n grows), the level L is a property of the model: more samples
   narrow the interval around the same step.
@@ -72,9 +75,10 @@ Definitions (docs/analysis.md copies them):
   confirmed (FID may still fall): censored, value = lo = the crossing, hi = None. On the plateau at the first
   evaluation: censored upper bound. Fewer than 2 FID values: value None. Swings of the model larger than the band that
   last two evaluations or more are not removed: tau_gen is the *first* entry of the smoothed curve into the band, and
-  the interval carries the sampling error and the grid, not the swings. tau_gen is read from the whole quality curve
-  whatever f_mem does: when the FID is still falling at tau_mem, tau_gen may reach or pass tau_mem (an empty window);
-  it is never capped.
+  the interval carries the sampling error and the grid, not the swings. Its bracket (``Estimate.bracket``, what the
+  power-law fits take, as for the level crossings) is the last evaluation above the band and the first inside it.
+  tau_gen is read from the whole quality curve whatever f_mem does: when the FID is still falling at tau_mem, tau_gen
+  may reach or pass tau_mem (an empty window); it is never capped.
 - **tau_gap** (:func:`tau_gap`). The train/test loss gap opens. ``gap = test_loss - train_loss``. The reference
   evaluations are those up to and including the minimum of the test loss (at least the first 3); their median gap
   ``g0`` and robust scatter ``s0 = 1.4826 * MAD`` define the noise band, ``band_i = max(z * s0, rtol * test_loss_i)``
@@ -125,7 +129,10 @@ class Estimate:
     ``value`` is None when the data cannot define it (e.g. no FID recorded); ``rule`` then says why. ``censored``
     marks a bound: ``hi`` None -> lower bound, ``lo`` None -> upper bound. For tau_gen only (None otherwise):
     ``level``, the upper edge of the plateau band ``m + band`` in the metric's units (a model is on the plateau when
-    its FID is at or below it), and ``noise``, the plateau's noise ``sigma`` in the same units.
+    its FID is at or below it), and ``noise``, the plateau's noise ``sigma`` in the same units. ``bracket``: for a
+    measured value interpolated between two evaluations whose interval also carries the measure's noise (tau_gen,
+    the level crossings), the steps of those two evaluations: the grid's resolution, which the power-law fits take
+    as the value's bracket (:attr:`fit_bracket`); None otherwise.
     """
 
     value: float | None
@@ -135,11 +142,19 @@ class Estimate:
     rule: str
     level: float | None = None
     noise: float | None = None
+    bracket: tuple[float, float] | None = None
 
     @property
     def measured(self) -> bool:
         """True when ``value`` is a measurement that may enter a fit (present and not censored)."""
         return self.value is not None and not self.censored
+
+    @property
+    def fit_bracket(self) -> tuple[float | None, float | None]:
+        """The steps a power-law fit takes as this value's bracket, the resolution of the evaluation grid around it:
+        ``bracket`` where the estimate has one (an interpolated crossing), else the interval (lo, hi), which is the
+        bracket of evaluations itself (tau_mem's onset, tau_gap, tau_bias, tau_auc)."""
+        return self.bracket if self.bracket is not None else (self.lo, self.hi)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -326,7 +341,7 @@ def level_crossing(s: np.ndarray, y: np.ndarray, y_lo: np.ndarray, y_hi: np.ndar
         return Estimate(lower, lower, None, True,
                         f"{name} reached {level:g} at {value:.4g} but {name}_lo did not by the last evaluation (lower "
                         f"bound: the last evaluation before {name}_hi reached it); {rule}")
-    return Estimate(value, lower, float(s[int(established[0])]), False, rule)
+    return Estimate(value, lower, float(s[int(established[0])]), False, rule, bracket=(float(s[i - 1]), float(s[i])))
 
 
 # --- tau_gen --------------------------------------------------------------------------------------------------------
@@ -437,7 +452,7 @@ def tau_gen(steps: Sequence[float], fid: Sequence[float | None], lo: Sequence[fl
     lower = float(s[first_in - 1]) if early is None else min(early, float(s[first_in - 1]))
     upper = first_crossing_down(s, bound_hi, level)
     return Estimate(value, lower, None if upper is None else max(upper, float(s[first_in])), False, rule, level,
-                    sigma)
+                    sigma, (float(s[first_in - 1]), float(s[first_in])))
 
 
 # --- tau_gap --------------------------------------------------------------------------------------------------------
@@ -551,19 +566,6 @@ def quality_se(record: dict[str, Any]) -> float | None:
     if record.get("fid_std") is not None and record.get("fid_sets"):
         return float(record["fid_std"]) / float(np.sqrt(len(record["fid_sets"])))
     return None
-
-
-def evaluation_bracket(records: Sequence[dict[str, Any]], estimate: Estimate,
-                       key: str = "fid") -> tuple[int, int] | None:
-    """The evaluated steps just before and just after a measured crossing of the ``key`` curve (``estimate`` from
-    ``records``, one per step, sorted by step): what only more evaluations can narrow. The estimate's interval holds
-    it and is wider where it also carries the metric's noise (tau_gen). None when the estimate is not measured."""
-    if not estimate.measured:
-        return None
-    steps = [int(r["step"]) for r in records if r.get(key) is not None]
-    before = [s for s in steps if s <= estimate.value]
-    after = [s for s in steps if s >= estimate.value]
-    return (before[-1], after[0]) if before and after else None
 
 
 def estimate_run(records: Sequence[dict[str, Any]],
