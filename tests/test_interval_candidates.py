@@ -3,25 +3,19 @@ interval against closed forms and a direct maximization, and its closed-form can
 rule they start from."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import optimize, stats
 
 from diffmem.analysis.cellfit import Cell, RunBrackets, cell_least_squares, law_least_squares
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "interval_candidates.py"
+from scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def candidates():
-    spec = importlib.util.spec_from_file_location("interval_candidates", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("interval_candidates")
 
 
 def design_of(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,110 @@
+"""How a level crossing's value enters the fit's interval (issue #39): candidates on the same simulated experiments
+(the draws of ``diffmem coverage --study levels``: same settings, seed and generator; each run's f_mem curve planted
+and read by the suite's own ``tau_mem_level``). docs/coverage.md, "The level crossings", gives what this printed.
+
+A crossing is interpolated between two evaluations; its interval also spans f_mem's sampling noise. The candidates:
+
+- ``adopted``: the fit's rule (``diffmem.analysis.cellfit.law_least_squares``) with each crossing's bracket the two
+  evaluations it is interpolated between (``Estimate.bracket``): its variance from that step, runs that cross in one
+  step sharing its error, no worst case (the crossings are not rounded midpoints);
+- ``whole interval``: the rule before it: the bracket is the crossing's whole interval, each run's error
+  independent, and the worst case of the brackets when they explain all the scatter;
+- ``step, worst case``: the step as the bracket, errors independent, with the worst case;
+- ``step alone``: the step as the bracket, errors independent, no worst case;
+- ``plain t``: the t interval on the residual scatter alone.
+
+Run from the repository root:
+
+    python benchmarks/level_candidates.py [--n-sim 400] [--jobs 2]
+
+One markdown table (per setting and candidate: coverage % and median width), then per candidate the lowest coverage
+and the widest ratio of its median width to the plain t's where the plain t covered (at least 93 %).
+"""
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from diffmem.analysis.cellfit import RunBrackets, cell_index, cell_least_squares, law_least_squares, make_cells
+from diffmem.analysis.coverage import Setting, level_experiments, level_settings, markdown_table
+
+CANDIDATES = ("adopted", "whole interval", "step, worst case", "step alone", "plain t")
+
+
+def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
+    """The cell means' bracket covariance with every run's error independent of the others'."""
+    averaging = runs.averaging(n_cells)
+    return averaging @ np.diag(runs.variance) @ averaging.T
+
+
+def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Each candidate's interval of the exponent for one experiment (``rows``: one crossing per run)."""
+    value, lo, hi, b_lo, b_hi = rows.T
+    cells = make_cells(xs[:, None], np.log10(value), [str(i) for i in range(xs.size)])
+    cell_of = cell_index(cells, xs[:, None])
+    n = len(cells)
+    step = RunBrackets.of(cell_of, value, b_lo, b_hi)
+    whole = RunBrackets.of(cell_of, value, lo, hi)
+    fits = {
+        "adopted": law_least_squares(cells, step, 0.95),
+        "whole interval": cell_least_squares(cells, 0.95, whole.cell_variance(n), independent_errors(whole, n)),
+        "step, worst case": cell_least_squares(cells, 0.95, step.cell_variance(n), independent_errors(step, n)),
+        "step alone": cell_least_squares(cells, 0.95, step.cell_variance(n), independent_errors(step, n),
+                                         np.zeros(n)),
+        "plain t": cell_least_squares(cells, 0.95),
+    }
+    return {name: ls.interval(1) for name, ls in fits.items()}
+
+
+def level_row(s: Setting, n_sim: int, seed: int = 0) -> tuple[Setting, dict[str, tuple[float, float]]]:
+    """(setting, candidate -> (coverage, median width)) over the study's ``n_sim`` experiments of ``s``."""
+    hits = {c: 0 for c in CANDIDATES}
+    widths: dict[str, list[float]] = {c: [] for c in CANDIDATES}
+    for xs, crossings in level_experiments(s, n_sim, seed):
+        rows = np.array([(e.value, e.lo, e.hi, *e.bracket) for e in crossings], dtype=float)
+        for name, (a, b) in exponent_intervals(xs, rows).items():
+            hits[name] += a <= s.exponent <= b
+            widths[name].append(b - a)
+    return s, {c: (hits[c] / n_sim, float(np.median(widths[c]))) for c in CANDIDATES}
+
+
+def label(s: Setting) -> str:
+    return (f"{s.grid}{' refined' if s.refined else ''} {s.seeds} seed{'s' if s.seeds > 1 else ''} "
+            f"{100 * s.scatter:.0f} % {s.n_x} x")
+
+
+def summary(results: list[tuple[Setting, dict[str, tuple[float, float]]]]) -> list[str]:
+    """Per candidate: its lowest coverage, and its widest median width against the plain t's where that covered."""
+    lines = []
+    for c in CANDIDATES:
+        low_s, low = min(((s, r[c][0]) for s, r in results), key=lambda p: p[1])
+        ratios = [(s, r[c][1] / r["plain t"][1]) for s, r in results if r["plain t"][0] >= 0.93]
+        wide_s, wide = max(ratios, key=lambda p: p[1])
+        above = sum(ratio > 1.25 for _, ratio in ratios)
+        lines.append(f"- {c}: lowest coverage {100 * low:.1f} % ({label(low_s)}); where the plain t covered "
+                     f"({len(ratios)} settings) width at most {wide:.2f}x its ({label(wide_s)}), above 1.25x in "
+                     f"{above}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n-sim", type=int, default=400, help="simulated experiments per setting")
+    parser.add_argument("--jobs", type=int, default=1, help="processes")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    todo = level_settings()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(level_row, todo, [args.n_sim] * len(todo), [args.seed] * len(todo)))
+    print(f"{args.n_sim} simulated experiments per setting, seed {args.seed}\n")
+    print(markdown_table(["setting", *(f"{c}: coverage % / width" for c in CANDIDATES)],
+                         ([label(s), *(f"{100 * r[c][0]:.1f} / {r[c][1]:.3f}" for c in CANDIDATES)]
+                          for s, r in results)))
+    print()
+    print("\n".join(summary(results)))
+
+
+if __name__ == "__main__":
+    main()
