@@ -34,9 +34,9 @@ CANDIDATES = ("adopted", "whole interval", "step, worst case", "step alone", "pl
 
 
 def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
-    """The cell means' bracket covariance with every run's error independent of the others'."""
-    averaging = runs.averaging(n_cells)
-    return averaging @ np.diag(runs.variance) @ averaging.T
+    """The cell means' bracket covariance with every run's error independent of the others': diagonal, the cells'
+    bracket variances (:meth:`RunBrackets.cell_variance`)."""
+    return np.diag(runs.cell_variance(n_cells))
 
 
 def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[float, float]]:

@@ -349,7 +349,7 @@ def collinear_factor(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci
     width = np.where(rounded, runs.hi - runs.lo, 0.0)
     step = float(np.median(width[rounded]))
     sd = step / math.sqrt(12.0)
-    v = runs.cell_variance(n_cells)
+    v, worst = runs.cell_variance(n_cells), runs.rounded_cell_variance(n_cells)
     averaging = runs.averaging(n_cells)
     centre = design[runs.cell_of] @ coef
     anchor = np.where(rounded, runs.lo, 0.0)
@@ -363,8 +363,7 @@ def collinear_factor(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci
         lower = anchor + index * width
         value = np.where(rounded, lower + width / 2, true)
         shared = shared_bracket_covariance(runs, n_cells, np.where(rounded, lower, np.nan))
-        fit, half, collinear = batch_half_widths(design, value @ averaging.T, v, shared, ci,
-                                                 runs.rounded_cell_variance(n_cells))
+        fit, half, collinear = batch_half_widths(design, value @ averaging.T, v, shared, ci, worst)
         truth = np.repeat(coef[None, :], n_boot, axis=0)
         truth[:, 0] += shift
         with np.errstate(divide="ignore", invalid="ignore"):

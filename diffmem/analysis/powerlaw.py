@@ -307,7 +307,7 @@ def fit_power_law(quantity: str, x_name: str,
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
     fit_brackets = used_brackets(kept, brackets)
-    runs = RunBrackets.of_points(cells, xs, kept, dict((r, (lo, hi)) for r, lo, hi in fit_brackets))
+    runs = RunBrackets.of_points(cells, xs, kept, brackets)
     ls = law_least_squares(cells, runs, ci) if len(cells) >= 2 else None
     if ls is None:
         return PowerLawFit(**base, cells=tuple(cells),
@@ -412,7 +412,7 @@ def fit_joint_law(quantity: str, x_names: Sequence[str], points: Iterable[tuple]
     ly = np.log10([p[2] for p in kept]) if kept else np.empty(0)
     cells = make_cells(xs, ly, [p[0] for p in kept])
     fit_brackets = used_brackets(kept, brackets)
-    runs = RunBrackets.of_points(cells, xs, kept, dict((r, (lo, hi)) for r, lo, hi in fit_brackets))
+    runs = RunBrackets.of_points(cells, xs, kept, brackets)
     ls = law_least_squares(cells, runs, ci) if len(cells) > len(names) else None
     if ls is None:
         return JointLawFit(**base, cells=tuple(cells),
