@@ -62,7 +62,7 @@ def level_row(s: Setting, n_sim: int, seed: int = 0) -> tuple[Setting, dict[str,
     """(setting, candidate -> (coverage, median width)) over the study's ``n_sim`` experiments of ``s``."""
     hits = {c: 0 for c in CANDIDATES}
     widths: dict[str, list[float]] = {c: [] for c in CANDIDATES}
-    for xs, crossings in level_experiments(s, n_sim, seed):
+    for xs, crossings, _ in level_experiments(s, n_sim, seed):
         rows = np.array([(e.value, e.lo, e.hi, *e.bracket) for e in crossings], dtype=float)
         for name, (a, b) in exponent_intervals(xs, rows).items():
             hits[name] += a <= s.exponent <= b

@@ -27,7 +27,7 @@ def test_each_crossing_s_step_lies_in_its_interval_and_the_worst_case_only_widen
     """On the study's experiments: the step a crossing is interpolated in lies within its interval, and the worst
     case, the one piece that is a pure floor, never narrows the interval it is added to."""
     s = Setting(1.0, 4, 3, 0.05, "paper")
-    for xs, crossings in level_experiments(s, 20, seed=5):
+    for xs, crossings, _ in level_experiments(s, 20, seed=5):
         rows = np.array([(e.value, e.lo, e.hi, *e.bracket) for e in crossings], dtype=float)
         value = rows[:, 0]
         assert np.all(rows[:, 1] <= rows[:, 3]) and np.all(rows[:, 4] <= rows[:, 2])

@@ -92,6 +92,11 @@ class SettingResult:
     bracket_sd: float | None = None
     """The median over experiments of the runs' median bracket standard deviation (log10; ``(log10 hi/lo) /
     sqrt(12)``): what "scatter large against the brackets" is measured against (:func:`target_checks`)."""
+    coverage_fine: float | None = None
+    """The coverage over only the experiments whose planted taus all lie where the grid is fine against the scatter
+    (:func:`fine_against_scatter`; None when there is none), ..."""
+    n_fine: int = 0
+    """... and how many of the ``n_sim`` experiments those are."""
 
 
 # --- the grids ------------------------------------------------------------------------------------------------------
@@ -124,27 +129,42 @@ def continuous_brackets(ln_tau: np.ndarray, phase: np.ndarray, s: Setting) -> tu
     return ln_lo, ln_hi
 
 
+def grid_step(grid: np.ndarray, tau: float) -> tuple[float, float]:
+    """The two consecutive steps of ``grid`` (ascending) around ``tau`` (the first or last step where it lies
+    outside)."""
+    j = int(np.clip(np.searchsorted(grid, tau, side="right"), 1, grid.size - 1))
+    return float(grid[j - 1]), float(grid[j])
+
+
 def step_brackets(tau: np.ndarray, grids: Sequence[np.ndarray], s: Setting) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of each tau among the steps of its run's grid (``grids[i]``: ascending evaluation steps of run i),
     refined among kept checkpoints when ``s.refined``."""
     lo, hi = np.empty(tau.size), np.empty(tau.size)
-    kept_of: dict[int, np.ndarray] = {}
     for i, (t, grid) in enumerate(zip(tau, grids)):
-        j = int(np.clip(np.searchsorted(grid, t, side="right"), 1, grid.size - 1))
-        a, b = float(grid[j - 1]), float(grid[j])
+        a, b = grid_step(grid, float(t))
         if s.refined:
-            key = id(grid)
-            if key not in kept_of:
-                steps = grid.astype(int).tolist()
-                kept_of[key] = np.array(sorted(set(kept_steps(steps, s.refine_ratio)) | set(steps)), dtype=float)
-            a, b = refine_bracket(float(t), a, b, kept_of[key], s.refine_ratio)
+            a, b = refine_bracket(float(t), a, b, kept_grid(grid, s.refine_ratio), s.refine_ratio)
         lo[i], hi[i] = a, b
     return lo, hi
 
 
-def planted_taus(rng: np.random.Generator, s: Setting, xs: np.ndarray, law: np.ndarray) -> np.ndarray:
-    """True taus of runs at ``xs`` whose law relative to the first x is ``law`` (shape of xs), with tau0 placed by
-    the grid's rule (module docstring) and log-normal scatter."""
+def kept_grid(grid: np.ndarray, ratio: float) -> np.ndarray:
+    """The steps a run evaluated on ``grid`` (ascending) keeps as checkpoints for refinement to ``ratio``, with the
+    grid's own steps: ascending, as floats (:func:`diffmem.eval_grid.kept_steps`; cached per grid and ratio)."""
+    return _kept_grid(tuple(int(v) for v in grid), ratio)
+
+
+@lru_cache(maxsize=256)
+def _kept_grid(steps: tuple[int, ...], ratio: float) -> np.ndarray:
+    kept = np.array(sorted(set(kept_steps(list(steps), ratio)) | set(steps)), dtype=float)
+    kept.flags.writeable = False
+    return kept
+
+
+def planted_taus(rng: np.random.Generator, s: Setting, xs: np.ndarray,
+                 law: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(true taus, the law's taus without scatter) of runs at ``xs`` whose law relative to the first x is ``law``
+    (shape of xs), with tau0 placed by the grid's rule (module docstring) and log-normal scatter."""
     span = float(law.max() / law.min())
     if s.grid == "paper":
         last = float(step_grid("paper", 10 ** 8)[-1])
@@ -154,7 +174,23 @@ def planted_taus(rng: np.random.Generator, s: Setting, xs: np.ndarray, law: np.n
         tau0 = math.exp(rng.uniform(math.log(200.0), math.log(2000.0)))
     else:
         tau0 = 1000.0
-    return tau0 * law * np.exp(s.scatter * rng.standard_normal(xs.size))
+    return tau0 * law * np.exp(s.scatter * rng.standard_normal(xs.size)), tau0 * law
+
+
+def fine_against_scatter(s: Setting, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether the scatter is large against every bracket ``[lo, hi]`` (those the law's taus without scatter fall
+    in, one per run): its standard deviation at least :data:`LARGE_SCATTER` times each bracket's. An experiment of
+    the paper's checkpoints is not when a tau lies among the coarse early steps, whatever the setting's median."""
+    return bool(np.all(s.scatter / math.log(10) >= LARGE_SCATTER * np.sqrt(bracket_variances(lo, hi))))
+
+
+def planted_brackets(s: Setting, n: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): the brackets the law's taus without scatter ``centre`` get on the setting's grid (runs at N ``n``;
+    on the continuous grids every bracket has the same width, whatever the phase)."""
+    if s.grid in ("independent", "shared"):
+        ln_lo, ln_hi = continuous_brackets(np.log(centre), np.zeros(centre.size), s)
+        return np.exp(ln_lo), np.exp(ln_hi)
+    return step_brackets(centre, grids_of(s, n), s)
 
 
 def reported_brackets(rng: np.random.Generator, s: Setting, cell: np.ndarray, n: np.ndarray,
@@ -190,11 +226,18 @@ def step_grid(times: int | str, budget: int) -> np.ndarray:
 def simulate_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                           np.ndarray]:
     """(x, tau, tau_lo, tau_hi) of one simulated experiment, each of shape (n_x * seeds,) (module docstring)."""
+    return simulate_planted_experiment(rng, s)[:4]
+
+
+def simulate_planted_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                                  np.ndarray, bool]:
+    """:func:`simulate_experiment` and whether its grid is fine against the scatter where the law's taus lie
+    (:func:`fine_against_scatter`)."""
     x = 16.0 * 2.0 ** np.arange(s.n_x)
     xs = np.repeat(x, s.seeds)
-    tau = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
+    tau, centre = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
     value, lo, hi = reported_brackets(rng, s, xs, xs, tau)
-    return xs, value, lo, hi
+    return xs, value, lo, hi, fine_against_scatter(s, *planted_brackets(s, xs, centre))
 
 
 # --- the intervals --------------------------------------------------------------------------------------------------
@@ -230,18 +273,38 @@ def setting_rng(seed: int, *parts: float) -> np.random.Generator:
     return np.random.default_rng([seed, *(int(round(1000 * p)) + 1000 for p in parts)])
 
 
+class FineTally:
+    """Counts, over the experiments whose grid is fine against the scatter where the law's taus lie
+    (:func:`fine_against_scatter`), how often each interval held its exponent."""
+
+    def __init__(self, n_coefficients: int = 1):
+        self.n = 0
+        self.hits = np.zeros(n_coefficients)
+
+    def add(self, fine: bool, *inside: bool) -> None:
+        if fine:
+            self.n += 1
+            self.hits += np.array(inside, dtype=float)
+
+    def coverage(self, j: int) -> float | None:
+        """The coverage of coefficient ``j`` over those experiments (None without any)."""
+        return float(self.hits[j] / self.n) if self.n else None
+
+
 def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
     """Simulate ``n_sim`` experiments of setting ``s`` (seeded) and measure both intervals on each; the goodness
     of fit's false-alarm rates only on the independent grid (the study of diffmem <= 0.4; it is most of the cost)."""
     rng = setting_rng(seed, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
     goodness = s.grid == "independent"
     hit, width, hit_prev, width_prev, rejected, tested, flagged, sds = 0, [], 0, [], 0, 0, 0, []
+    fine = FineTally()
     for _ in range(n_sim):
-        xs, tau, lo, hi = simulate_experiment(rng, s)
+        xs, tau, lo, hi, is_fine = simulate_planted_experiment(rng, s)
         sds.append(median_bracket_sd(lo, hi))
         _, a, b, p, n_out = fit_interval(xs, tau, lo, hi, goodness=goodness)
         flagged += bool(n_out)
         hit += a <= s.exponent <= b
+        fine.add(is_fine, a <= s.exponent <= b)
         width.append(b - a)
         if p is not None:
             tested += 1
@@ -251,7 +314,9 @@ def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
         width_prev.append(b - a)
     return SettingResult(s, n_sim, hit / n_sim, float(np.median(width)), hit_prev / n_sim,
                          float(np.median(width_prev)), rejected / tested if tested else None,
-                         flagged / n_sim if s.n_x >= 4 and goodness else None, float(np.median(sds)))
+                         flagged / n_sim if s.n_x >= 4 and goodness else None, float(np.median(sds)),
+                         fine.coverage(0), fine.n)
+
 
 
 def median_bracket_sd(lo: np.ndarray, hi: np.ndarray) -> float:
@@ -350,12 +415,19 @@ class JointResult:
     coverage_previous: tuple[float, float]
     bracket_sd: float | None = None
     width_previous: tuple[float, float] | None = None
+    coverage_fine: tuple[float, float] | None = None
+    """The coverage of each exponent over only the experiments whose grid is fine against the scatter where the
+    law's taus lie (:func:`fine_against_scatter`; None when there is none), ..."""
+    n_fine: int = 0
+    """... and how many of the ``n_sim`` experiments those are."""
 
 
-def joint_experiments(s: JointSetting, n_sim: int, seed: int = 0) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
-    """The (N, W) of each run, shape (runs, 2), and ``n_sim`` simulated experiments of the joint law, each (value,
-    lo, hi) per run: taus placed as the single-variable study places them, brackets from the setting's grid (the
-    suite's budget grows with N); seeded per setting."""
+def joint_experiments(s: JointSetting, n_sim: int,
+                      seed: int = 0) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]], list[bool]]:
+    """The (N, W) of each run, shape (runs, 2), ``n_sim`` simulated experiments of the joint law, each (value, lo,
+    hi) per run, and whether each is fine against its scatter (:func:`fine_against_scatter`): taus placed as the
+    single-variable study places them, brackets from the setting's grid (the suite's budget grows with N); seeded
+    per setting."""
     a_true, b_true = s.exponents
     cells = np.array(JOINT_LAYOUTS[s.layout], dtype=float)
     xs = np.repeat(cells, s.seeds, axis=0)
@@ -363,20 +435,22 @@ def joint_experiments(s: JointSetting, n_sim: int, seed: int = 0) -> tuple[np.nd
     law = (xs[:, 0] / 32.0) ** a_true * (xs[:, 1] / 8.0) ** b_true
     cell_ids = np.unique(xs, axis=0, return_inverse=True)[1].ravel()  # cells numbered in (N, W) order
     setting = s.as_setting()
-    draws = []
+    draws, fine = [], []
     for _ in range(n_sim):
-        tau = planted_taus(rng, setting, xs[:, 0], law)
+        tau, centre = planted_taus(rng, setting, xs[:, 0], law)
         draws.append(reported_brackets(rng, setting, cell_ids, xs[:, 0], tau))
-    return xs, draws
+        fine.append(fine_against_scatter(setting, *planted_brackets(setting, xs[:, 0], centre)))
+    return xs, draws, fine
 
 
 def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult:
     """Simulate ``n_sim`` experiments of the joint law (:func:`joint_experiments`) and fit each as
     ``fit_joint_law`` does."""
     a_true, b_true = s.exponents
-    xs, draws = joint_experiments(s, n_sim, seed)
+    xs, draws, fine = joint_experiments(s, n_sim, seed)
     hits, both, widths, hits_prev, widths_prev, sds = np.zeros(2), 0, [], np.zeros(2), [], []
-    for value, lo, hi in draws:
+    tally = FineTally(2)
+    for (value, lo, hi), is_fine in zip(draws, fine):
         sds.append(median_bracket_sd(lo, hi))
         fitted = make_cells(xs, np.log10(value), [str(i) for i in range(len(xs))])
         ls = law_least_squares(fitted, RunBrackets.of(cell_index(fitted, xs), value, lo, hi), 0.95)
@@ -391,10 +465,12 @@ def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult
             widths_prev.append((j, p_hi - p_lo))
         hits += inside
         both += all(inside)
+        tally.add(is_fine, *inside)
     width = tuple(float(np.median([w for j, w in widths if j == i])) for i in (0, 1))
     width_prev = tuple(float(np.median([w for j, w in widths_prev if j == i])) for i in (0, 1))
     return JointResult(s, n_sim, (hits[0] / n_sim, hits[1] / n_sim), both / n_sim, width,
-                       (hits_prev[0] / n_sim, hits_prev[1] / n_sim), float(np.median(sds)), width_prev)
+                       (hits_prev[0] / n_sim, hits_prev[1] / n_sim), float(np.median(sds)), width_prev,
+                       (tally.coverage(0), tally.coverage(1)) if tally.n else None, tally.n)
 
 
 def joint_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True), seeds: Sequence[int] = SEEDS,
@@ -437,38 +513,44 @@ def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_leve
     return est if est.measured and est.bracket is not None else None
 
 
-def level_experiments(s: Setting, n_sim: int, seed: int = 0) -> Iterator[tuple[np.ndarray, list[Estimate]]]:
-    """``n_sim`` simulated experiments of a level-crossing law, each (x of each run, its crossing): each run's f_mem
-    curve is planted (crossing LEVEL at its tau) and evaluated at the setting's grid (refined settings: every kept
+def level_experiments(s: Setting, n_sim: int,
+                      seed: int = 0) -> Iterator[tuple[np.ndarray, list[Estimate], bool]]:
+    """``n_sim`` simulated experiments of a level-crossing law, each (x of each run, its crossing, whether the grid
+    is fine against the scatter where the law's taus lie, :func:`fine_against_scatter`): each run's f_mem curve is
+    planted (crossing LEVEL at its tau) and evaluated at the setting's grid (refined settings: every kept
     checkpoint evaluated, as a dense grid); experiments with a censored run are drawn again. Seeded per setting."""
     rng = setting_rng(seed, 7, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
     xs = np.repeat(16.0 * 2.0 ** np.arange(s.n_x), s.seeds)
     done = 0
     while done < n_sim:
-        tau = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
-        rows = [planted_level_crossing(rng, steps, t) for steps, t in zip(level_grids(rng, s, xs), tau)]
+        tau, centre = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
+        grids = level_grids(rng, s, xs)
+        rows = [planted_level_crossing(rng, steps, t) for steps, t in zip(grids, tau)]
         if any(r is None for r in rows):
             continue
         done += 1
-        yield xs, rows
+        steps = np.array([grid_step(grid, c) for grid, c in zip(grids, centre)])
+        yield xs, rows, fine_against_scatter(s, steps[:, 0], steps[:, 1])
 
 
 def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
     """The study of one setting for a level-crossing law (:func:`level_experiments`): tau_mem_at_LEVEL read with its
     interpolated value and its bracket, then fitted as every law is."""
     hit, width, hit_prev, width_prev, sds = 0, [], 0, [], []
-    for xs, rows in level_experiments(s, n_sim, seed):
+    fine = FineTally()
+    for xs, rows, is_fine in level_experiments(s, n_sim, seed):
         value = np.array([r.value for r in rows])
         lo, hi = (np.array(v, dtype=float) for v in zip(*(r.bracket for r in rows)))
         sds.append(median_bracket_sd(lo, hi))
         _, a, b, _, _ = fit_interval(xs, value, lo, hi)
         hit += a <= s.exponent <= b
+        fine.add(is_fine, a <= s.exponent <= b)
         width.append(b - a)
         _, a, b = previous_t_interval(xs, value)
         hit_prev += a <= s.exponent <= b
         width_prev.append(b - a)
     return SettingResult(s, n_sim, hit / n_sim, float(np.median(width)), hit_prev / n_sim,
-                         float(np.median(width_prev)), None, None, float(np.median(sds)))
+                         float(np.median(width_prev)), None, None, float(np.median(sds)), fine.coverage(0), fine.n)
 
 
 def level_grids(rng: np.random.Generator, s: Setting, xs: np.ndarray) -> list[np.ndarray]:
@@ -484,13 +566,7 @@ def level_grids(rng: np.random.Generator, s: Setting, xs: np.ndarray) -> list[np
     grids = grids_of(s, xs)
     if not s.refined:
         return grids
-    out, cache = [], {}
-    for grid in grids:
-        if id(grid) not in cache:
-            steps = grid.astype(int).tolist()
-            cache[id(grid)] = np.array(sorted(set(kept_steps(steps, s.refine_ratio)) | set(steps)), dtype=float)
-        out.append(cache[id(grid)])
-    return out
+    return [kept_grid(grid, s.refine_ratio) for grid in grids]
 
 
 def level_settings(grids: Sequence[str] = GRIDS, refined: Sequence[bool] = (False, True), seeds: Sequence[int] = SEEDS,
@@ -531,26 +607,37 @@ LARGE_SCATTER = 3.0
 standard deviation (:attr:`SettingResult.bracket_sd`)."""
 
 
-def target_checks(rows: Sequence[tuple[str, float, float, float | None]],
+def target_checks(rows: Sequence[tuple[str, float, float, float | None, float | None, int]],
                   widths: Sequence[tuple[str, float, float]]) -> str:
     """Lines that check issue #39's targets: ``rows`` (label, coverage, scatter as sd of ln tau, the brackets' median
-    sd in log10 or None) give the settings below :data:`TARGET_LOW` and those above :data:`TARGET_HIGH` at 30 %
-    scatter, split by whether the scatter is large against their brackets (:data:`LARGE_SCATTER`); ``widths``
-    (label, median width, the previous t's median width) of the rows where the previous t covered give the largest
-    ratio and any above :data:`TARGET_WIDTH`."""
+    sd in log10 or None, the coverage over the experiments fine against the scatter or None, and how many those are)
+    give the settings below :data:`TARGET_LOW` and those above :data:`TARGET_HIGH` at 30 % scatter, split by whether
+    the scatter is large against their median bracket (:data:`LARGE_SCATTER`), each with its coverage where every
+    law's tau lies on a grid fine against the scatter (:func:`fine_against_scatter`), then the settings above
+    :data:`TARGET_HIGH` there; ``widths`` (label, median width, the previous t's median width) of the rows where the
+    previous t covered give the largest ratio and any above :data:`TARGET_WIDTH`."""
     low = [f"{label} {100 * cov:.1f} %" for label, cov, *_ in rows if cov < TARGET_LOW]
-    high, high_wide = [], []
-    for label, cov, scatter, sd in rows:
-        if cov <= TARGET_HIGH or scatter < 0.3:
+    high, high_wide, high_fine = [], [], []
+    for label, cov, scatter, sd, cov_fine, n_fine in rows:
+        if scatter < 0.3:
+            continue
+        if cov_fine is not None and cov_fine > TARGET_HIGH:
+            high_fine.append(f"{label} {100 * cov_fine:.1f} % of {n_fine}")
+        if cov <= TARGET_HIGH:
             continue
         against = scatter / math.log(10) / sd if sd else math.inf
+        fine = (f"; {100 * cov_fine:.1f} % in the {n_fine} experiments fine against it" if cov_fine is not None
+                else "; no experiment fine against it")
         (high if against >= LARGE_SCATTER else high_wide).append(
-            f"{label} {100 * cov:.1f} % (scatter {against:.1f}x the brackets' sd)")
+            f"{label} {100 * cov:.1f} % (scatter {against:.1f}x the brackets' sd{fine})")
     lines = [f"below {100 * TARGET_LOW:.0f} %: " + ("; ".join(low) if low else f"none of {len(rows)}"),
              f"above {100 * TARGET_HIGH:.0f} % at 30 % scatter, >= {LARGE_SCATTER:g}x the brackets' sd: "
              + ("; ".join(high) if high else "none"),
              f"above {100 * TARGET_HIGH:.0f} % at 30 % scatter, < {LARGE_SCATTER:g}x the brackets' sd (brackets "
-             "not small against it): " + ("; ".join(high_wide) if high_wide else "none")]
+             "not small against it): " + ("; ".join(high_wide) if high_wide else "none"),
+             f"above {100 * TARGET_HIGH:.0f} % at 30 % scatter over the experiments whose every law's tau lies where "
+             f"the scatter is >= {LARGE_SCATTER:g}x its bracket's sd: " + ("; ".join(high_fine) if high_fine else
+                                                                           "none")]
     ratios = sorted(((w / p, label) for label, w, p in widths if p > 1e-9), reverse=True)
     if ratios:
         over = [f"{label} {r:.2f}x" for r, label in ratios if r > TARGET_WIDTH]
@@ -573,8 +660,8 @@ def law_target_checks(results: Sequence[SettingResult]) -> str:
         rows.setdefault(setting_label(r.setting, exponent=False), []).append(r)
     widths = [(label, float(np.median([r.width for r in group])), float(np.median([r.width_previous for r in group])))
               for label, group in rows.items() if all(r.coverage_previous >= TARGET_LOW for r in group)]
-    return target_checks([(setting_label(r.setting), r.coverage, r.setting.scatter, r.bracket_sd) for r in results],
-                         widths)
+    return target_checks([(setting_label(r.setting), r.coverage, r.setting.scatter, r.bracket_sd, r.coverage_fine,
+                           r.n_fine) for r in results], widths)
 
 
 def joint_target_checks(results: Sequence[JointResult]) -> str:
@@ -586,14 +673,16 @@ def joint_target_checks(results: Sequence[JointResult]) -> str:
                 f"{100 * s.scatter:.0f} % ({s.exponents[0]:g}, {s.exponents[1]:g})")
         for j, var in enumerate(("N", "W")):
             label = f"{name} {var}'s exponent"
-            rows.append((label, r.coverage[j], s.scatter, r.bracket_sd))
+            rows.append((label, r.coverage[j], s.scatter, r.bracket_sd,
+                         None if r.coverage_fine is None else r.coverage_fine[j], r.n_fine))
             if r.coverage_previous[j] >= TARGET_LOW and r.width_previous:
                 widths.append((label, r.width[j], r.width_previous[j]))
     return target_checks(rows, widths)
 
 
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
-           "previous_t_interval", "run_setting", "joint_experiments", "run_joint_setting", "level_experiments",
+           "previous_t_interval", "simulate_planted_experiment", "fine_against_scatter", "run_setting",
+           "joint_experiments", "run_joint_setting", "level_experiments",
            "run_level_setting",
            "settings", "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
            "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks"]
