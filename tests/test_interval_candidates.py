@@ -152,3 +152,53 @@ def test_no_worst_case_drops_only_the_worst_case_floor(candidates):
             assert found[1] - found[0] <= ls.interval(1)[1] - ls.interval(1)[0] + 1e-12
         seen.add("collinear" if ls.collinear else "zero" if ls.floor is not None else "positive")
     assert seen == {"collinear", "zero", "positive"}
+
+
+def test_limit_alone_puts_the_independent_limit_where_the_worst_case_was(candidates):
+    """``limit alone``: where b^2 = 0 off the line, the wider of the adopted t part, its shared floor and
+    t * sqrt(sum_i (C_ji sd_i)^2) (no worst case); elsewhere the adopted interval."""
+    x = 16.0 * 2.0 ** np.arange(5)
+    ratio = np.array([1.2, 1.5, 2.0, 1.3, 1.1])
+    design = design_of(x)
+    c = np.linalg.pinv(design)[1]
+    seen = set()
+    for noise in (np.zeros(5), np.array([0, 0.004, -0.003, 0.002, 0.0]), np.array([0, 0.3, -0.2, 0.4, 0.0])):
+        value = 100 * x * 10 ** noise
+        runs = RunBrackets.of(np.arange(5), value, value / np.sqrt(ratio), value * np.sqrt(ratio))
+        cells = [Cell((float(a),), (), float(np.log10(b)), None) for a, b in zip(x, value)]
+        ls = law_least_squares(cells, runs, 0.95)
+        found = candidates.limit_alone(ls, 1)
+        if ls.floor is None or ls.collinear:
+            assert found == pytest.approx(ls.interval(1))
+        else:
+            sd = np.log10(ratio) / math.sqrt(12)
+            half = max(ls.t * math.sqrt(ls.cov[1, 1]), stats.norm.ppf(0.975) * math.sqrt(ls.rounding_cov[1, 1]),
+                       stats.t.ppf(0.975, 3) * math.sqrt(float(((c * sd) ** 2).sum())))
+            assert found == pytest.approx((ls.coef[1] - half, ls.coef[1] + half))
+        seen.add("collinear" if ls.collinear else "zero" if ls.floor is not None else "positive")
+    assert seen == {"collinear", "zero", "positive"}
+
+
+def test_the_calibrated_candidate_is_seeded_and_covers_where_the_brackets_explain_the_scatter(candidates):
+    """``calibrated``: the adopted interval where b^2 > 0 or on one line; elsewhere an interval centred on the fit,
+    the same on every call; over many draws on the paper's checkpoints (4 x values, one seed, 5 % scatter, where b^2
+    = 0 off the line is common) it holds the planted exponent."""
+    from diffmem.analysis.coverage import Setting, setting_rng, simulate_experiment
+
+    s = Setting(0.5, 4, 1, 0.05, "paper")
+    rng = setting_rng(21, 1.0)
+    hits, zero = 0, 0
+    for _ in range(150):
+        xs, value, lo, hi = simulate_experiment(rng, s)
+        cells = [Cell((float(a),), (), float(np.log10(b)), None) for a, b in zip(xs, value)]
+        runs = RunBrackets.of(np.arange(xs.size), value, lo, hi)
+        ls = law_least_squares(cells, runs, 0.95)
+        found = candidates.calibrated(ls, cells, runs, 1)
+        if ls.floor is None or ls.collinear:
+            assert found == pytest.approx(ls.interval(1))
+        else:
+            zero += 1
+            assert (found[0] + found[1]) / 2 == pytest.approx(ls.coef[1])
+            assert candidates.calibrated(ls, cells, runs, 1) == found
+        hits += found[0] <= 0.5 <= found[1]
+    assert zero >= 10 and hits / 150 >= 0.9

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -342,20 +342,53 @@ def collinear_factor(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci
     fits that lie on one line themselves; the result is the largest over levels and coefficients (``n_boot``
     experiments per level, seeded: the same inputs give the same factor). Runs whose value is not a rounded midpoint (a level crossing's
     interpolation, an unknown bracket) are simulated unrounded."""
-    rounded = runs.rounded
-    if not rounded.any():
+    if not runs.rounded.any():
         return 1.0
+    need = math.ceil(ci * n_boot)
+    factor = 1.0
+    for sim in simulate_on_brackets(design, runs, coef, ci, n_boot, seed):
+        for j in range(coef.size):
+            short = need - int(((sim.ratio[:, j] <= 1.0) & ~sim.collinear).sum())
+            on_line = np.sort(sim.ratio[sim.collinear, j])
+            on_line = on_line[np.isfinite(on_line)]
+            if short > 0 and on_line.size:
+                factor = max(factor, float(on_line[min(short, on_line.size) - 1]))
+    return factor
+
+
+@dataclass(frozen=True)
+class SimulatedFits:
+    """One scatter level of :func:`simulate_on_brackets`: ``level`` (in units of the brackets' median standard
+    deviation), the simulated experiments' cell ``means`` (B, cells) and, for each, ``ratio`` (B, parameters): the
+    distance of each fitted coefficient from the truth in units of the rule's half width (:func:`batch_half_widths`,
+    factor 1; inf where the half width is 0 and the fit misses), and ``collinear`` (B,): the fits whose cell means
+    lie exactly on one line."""
+
+    level: float
+    means: np.ndarray
+    ratio: np.ndarray
+    collinear: np.ndarray
+
+
+def simulate_on_brackets(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci: float, n_boot: int, seed: int,
+                         rounded_variance: np.ndarray | None = None) -> Iterator[SimulatedFits]:
+    """The simulation of :func:`collinear_factor`, one :class:`SimulatedFits` per level of
+    :data:`COLLINEAR_LEVELS`: this experiment's design and brackets, each rounded run's grid a log-uniform lattice
+    with its bracket's width through its bracket, the taus on the law ``coef`` shifted together by a uniform
+    fraction of the median bracket and scattered log-normally, rounded and fitted by the rule with
+    ``rounded_variance`` as the rounded values' variances (default :meth:`RunBrackets.rounded_cell_variance`).
+    Seeded: the same inputs give the same draws."""
+    rounded = runs.rounded
     n_cells = design.shape[0]
     width = np.where(rounded, runs.hi - runs.lo, 0.0)
     step = float(np.median(width[rounded]))
     sd = step / math.sqrt(12.0)
-    v, worst = runs.cell_variance(n_cells), runs.rounded_cell_variance(n_cells)
+    v = runs.cell_variance(n_cells)
+    worst = runs.rounded_cell_variance(n_cells) if rounded_variance is None else rounded_variance
     averaging = runs.averaging(n_cells)
     centre = design[runs.cell_of] @ coef
     anchor = np.where(rounded, runs.lo, 0.0)
     rng = np.random.default_rng(seed)
-    need = math.ceil(ci * n_boot)
-    factor = 1.0
     for level in COLLINEAR_LEVELS:
         shift = rng.uniform(0.0, step, n_boot)
         true = centre[None, :] + shift[:, None] + level * sd * rng.standard_normal((n_boot, runs.cell_of.size))
@@ -363,18 +396,13 @@ def collinear_factor(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci
         lower = anchor + index * width
         value = np.where(rounded, lower + width / 2, true)
         shared = shared_bracket_covariance(runs, n_cells, np.where(rounded, lower, np.nan))
-        fit, half, collinear = batch_half_widths(design, value @ averaging.T, v, shared, ci, worst)
+        means = value @ averaging.T
+        fit, half, collinear = batch_half_widths(design, means, v, shared, ci, worst)
         truth = np.repeat(coef[None, :], n_boot, axis=0)
         truth[:, 0] += shift
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(half > 0, np.abs(fit - truth) / half, np.where(fit == truth, 0.0, np.inf))
-        for j in range(coef.size):
-            short = need - int(((ratio[:, j] <= 1.0) & ~collinear).sum())
-            on_line = np.sort(ratio[collinear, j])
-            on_line = on_line[np.isfinite(on_line)]
-            if short > 0 and on_line.size:
-                factor = max(factor, float(on_line[min(short, on_line.size) - 1]))
-    return factor
+        yield SimulatedFits(level, means, ratio, collinear)
 
 
 def law_least_squares(cells: Sequence[Cell], runs: RunBrackets, ci: float) -> LeastSquares | None:
