@@ -340,8 +340,8 @@ def collinear_factor(design: np.ndarray, runs: RunBrackets, coef: np.ndarray, ci
     (:func:`batch_half_widths`). At each level and for each coefficient the factor is the smallest that brings the
     share of simulated experiments whose interval holds the coefficient up to ``ci`` when it widens the simulated
     fits that lie on one line themselves; the result is the largest over levels and coefficients (``n_boot``
-    experiments per level, seeded: the same inputs give the same factor). Runs whose value is not a rounded midpoint (a level crossing's
-    interpolation, an unknown bracket) are simulated unrounded."""
+    experiments per level, seeded: the same inputs give the same factor; :func:`simulate_on_brackets`). Runs whose
+    value is not a rounded midpoint (a level crossing's interpolation, an unknown bracket) are simulated unrounded."""
     if not runs.rounded.any():
         return 1.0
     need = math.ceil(ci * n_boot)

@@ -25,7 +25,10 @@ computation and reports its coverage (the fraction of experiments whose interval
 median width, beside the plain t interval of diffmem <= 0.4 (:func:`previous_t_interval`: Student t on the residual
 scatter alone) on the same draws, and, on the independent grid, the false-alarm rates of the goodness of fit under
 the (true) power law: how often the lack-of-fit test rejects at the 5 % level where seeds make it possible, and how
-often the outlier test names a cell (both should be at most about 5 %).
+often the outlier test names a cell (both should be at most about 5 %). Each setting's coverage is also read over only
+the experiments whose every planted tau (without scatter) lies in a bracket small against the scatter
+(:func:`fine_against_scatter`): on the paper's checkpoints, coarse below 10^4 steps and fine above, one setting
+holds both kinds.
 
 The joint law ``tau = tau0 N^a W^b`` (:func:`run_joint_setting`) and the level-crossing laws
 (:func:`run_level_setting`: planted f_mem curves read by the suite's own ``tau_mem_level``) have studies of their
