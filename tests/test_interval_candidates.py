@@ -131,51 +131,53 @@ def test_the_misses_are_located_by_branch(candidates):
     assert text.endswith("b^2 > 0 in 0 (0 missed)")
 
 
+BRANCH_X = 16.0 * 2.0 ** np.arange(5)
+BRANCH_RATIO = np.array([1.2, 1.5, 2.0, 1.3, 1.1])
+"""Five taus at x = 16..256, each the log-midpoint of a bracket of its own width (ratio hi / lo)."""
+
+
+def fits_in_each_branch():
+    """The adopted fit of BRANCH_X's taus with no noise (on one line), a little (b^2 = 0 off the line) and much
+    (b^2 > 0), with the branch's name."""
+    for noise in (np.zeros(5), np.array([0, 0.004, -0.003, 0.002, 0.0]), np.array([0, 0.3, -0.2, 0.4, 0.0])):
+        value = 100 * BRANCH_X * 10 ** noise
+        runs = RunBrackets.of(np.arange(5), value, value / np.sqrt(BRANCH_RATIO), value * np.sqrt(BRANCH_RATIO))
+        cells = [Cell((float(a),), (), float(np.log10(b)), None) for a, b in zip(BRANCH_X, value)]
+        ls = law_least_squares(cells, runs, 0.95)
+        yield ls, "collinear" if ls.collinear else "zero" if ls.floor is not None else "positive"
+
+
 def test_no_worst_case_drops_only_the_worst_case_floor(candidates):
     """``no worst case``: the adopted interval without the brackets' worst case where the brackets explain all the
     scatter, the adopted one (factor included) where the cell means lie on one line, the adopted one where b^2 > 0."""
-    x = 16.0 * 2.0 ** np.arange(5)
-    ratio = np.array([1.2, 1.5, 2.0, 1.3, 1.1])
     seen = set()
-    for noise in (np.zeros(5), np.array([0, 0.004, -0.003, 0.002, 0.0]), np.array([0, 0.3, -0.2, 0.4, 0.0])):
-        value = 100 * x * 10 ** noise  # each the log-midpoint of its own bracket
-        lo_s, hi_s = value / np.sqrt(ratio), value * np.sqrt(ratio)
-        runs = RunBrackets.of(np.arange(5), value, lo_s, hi_s)
-        cells = [Cell((float(a),), (), float(np.log10(b)), None) for a, b in zip(x, value)]
-        ls = law_least_squares(cells, runs, 0.95)
+    for ls, branch in fits_in_each_branch():
         found = candidates.without_worst_case(ls, 1)
-        if ls.floor is None or ls.collinear:
+        if branch != "zero":
             assert found == pytest.approx(ls.interval(1))
         else:
             half = max(ls.t * math.sqrt(ls.cov[1, 1]), stats.norm.ppf(0.975) * math.sqrt(ls.rounding_cov[1, 1]))
             assert found == pytest.approx((ls.coef[1] - half, ls.coef[1] + half))
             assert found[1] - found[0] <= ls.interval(1)[1] - ls.interval(1)[0] + 1e-12
-        seen.add("collinear" if ls.collinear else "zero" if ls.floor is not None else "positive")
+        seen.add(branch)
     assert seen == {"collinear", "zero", "positive"}
 
 
 def test_limit_alone_puts_the_independent_limit_where_the_worst_case_was(candidates):
     """``limit alone``: where b^2 = 0 off the line, the wider of the adopted t part, its shared floor and
     t * sqrt(sum_i (C_ji sd_i)^2) (no worst case); elsewhere the adopted interval."""
-    x = 16.0 * 2.0 ** np.arange(5)
-    ratio = np.array([1.2, 1.5, 2.0, 1.3, 1.1])
-    design = design_of(x)
-    c = np.linalg.pinv(design)[1]
+    c = np.linalg.pinv(design_of(BRANCH_X))[1]
+    sd = np.log10(BRANCH_RATIO) / math.sqrt(12)
     seen = set()
-    for noise in (np.zeros(5), np.array([0, 0.004, -0.003, 0.002, 0.0]), np.array([0, 0.3, -0.2, 0.4, 0.0])):
-        value = 100 * x * 10 ** noise
-        runs = RunBrackets.of(np.arange(5), value, value / np.sqrt(ratio), value * np.sqrt(ratio))
-        cells = [Cell((float(a),), (), float(np.log10(b)), None) for a, b in zip(x, value)]
-        ls = law_least_squares(cells, runs, 0.95)
+    for ls, branch in fits_in_each_branch():
         found = candidates.limit_alone(ls, 1)
-        if ls.floor is None or ls.collinear:
+        if branch != "zero":
             assert found == pytest.approx(ls.interval(1))
         else:
-            sd = np.log10(ratio) / math.sqrt(12)
             half = max(ls.t * math.sqrt(ls.cov[1, 1]), stats.norm.ppf(0.975) * math.sqrt(ls.rounding_cov[1, 1]),
                        stats.t.ppf(0.975, 3) * math.sqrt(float(((c * sd) ** 2).sum())))
             assert found == pytest.approx((ls.coef[1] - half, ls.coef[1] + half))
-        seen.add("collinear" if ls.collinear else "zero" if ls.floor is not None else "positive")
+        seen.add(branch)
     assert seen == {"collinear", "zero", "positive"}
 
 

@@ -389,6 +389,7 @@ def test_an_experiment_is_fine_against_its_scatter_where_every_law_s_tau_has_a_n
         planted = simulate_planted_experiment(rng, Setting(0.5, 4, 1, 0.3, "paper"))
         plain = simulate_experiment(again, Setting(0.5, 4, 1, 0.3, "paper"))
         assert all(np.array_equal(a, b) for a, b in zip(planted[:4], plain))
+        assert planted[4] / planted[4][0] == pytest.approx((planted[0] / 16.0) ** 0.5)  # the law without scatter
 
 
 def test_a_crossing_s_bracket_sets_its_variance_and_survives_fits_json():

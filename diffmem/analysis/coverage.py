@@ -232,15 +232,15 @@ def simulate_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarra
     return simulate_planted_experiment(rng, s)[:4]
 
 
-def simulate_planted_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                                  np.ndarray, bool]:
-    """:func:`simulate_experiment` and whether its grid is fine against the scatter where the law's taus lie
-    (:func:`fine_against_scatter`)."""
+def simulate_planted_experiment(rng: np.random.Generator, s: Setting) -> tuple[np.ndarray, ...]:
+    """:func:`simulate_experiment` and, fifth, the law's taus without scatter (shape of x), from which
+    :func:`planted_brackets` and :func:`fine_against_scatter` tell whether the grid is fine against the scatter
+    where they lie."""
     x = 16.0 * 2.0 ** np.arange(s.n_x)
     xs = np.repeat(x, s.seeds)
     tau, centre = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
     value, lo, hi = reported_brackets(rng, s, xs, xs, tau)
-    return xs, value, lo, hi, fine_against_scatter(s, *planted_brackets(s, xs, centre))
+    return xs, value, lo, hi, centre
 
 
 # --- the intervals --------------------------------------------------------------------------------------------------
@@ -302,12 +302,13 @@ def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
     hit, width, hit_prev, width_prev, rejected, tested, flagged, sds = 0, [], 0, [], 0, 0, 0, []
     fine = FineTally()
     for _ in range(n_sim):
-        xs, tau, lo, hi, is_fine = simulate_planted_experiment(rng, s)
+        xs, tau, lo, hi, centre = simulate_planted_experiment(rng, s)
         sds.append(median_bracket_sd(lo, hi))
         _, a, b, p, n_out = fit_interval(xs, tau, lo, hi, goodness=goodness)
         flagged += bool(n_out)
-        hit += a <= s.exponent <= b
-        fine.add(is_fine, a <= s.exponent <= b)
+        inside = a <= s.exponent <= b
+        hit += inside
+        fine.add(fine_against_scatter(s, *planted_brackets(s, xs, centre)), inside)
         width.append(b - a)
         if p is not None:
             tested += 1
@@ -319,7 +320,6 @@ def run_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
                          float(np.median(width_prev)), rejected / tested if tested else None,
                          flagged / n_sim if s.n_x >= 4 and goodness else None, float(np.median(sds)),
                          fine.coverage(0), fine.n)
-
 
 
 def median_bracket_sd(lo: np.ndarray, hi: np.ndarray) -> float:
@@ -426,11 +426,11 @@ class JointResult:
 
 
 def joint_experiments(s: JointSetting, n_sim: int,
-                      seed: int = 0) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]], list[bool]]:
+                      seed: int = 0) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]], list[np.ndarray]]:
     """The (N, W) of each run, shape (runs, 2), ``n_sim`` simulated experiments of the joint law, each (value, lo,
-    hi) per run, and whether each is fine against its scatter (:func:`fine_against_scatter`): taus placed as the
-    single-variable study places them, brackets from the setting's grid (the suite's budget grows with N); seeded
-    per setting."""
+    hi) per run, and each one's law taus without scatter (shape (runs,); :func:`fine_against_scatter`): taus placed
+    as the single-variable study places them, brackets from the setting's grid (the suite's budget grows with N);
+    seeded per setting."""
     a_true, b_true = s.exponents
     cells = np.array(JOINT_LAYOUTS[s.layout], dtype=float)
     xs = np.repeat(cells, s.seeds, axis=0)
@@ -438,22 +438,23 @@ def joint_experiments(s: JointSetting, n_sim: int,
     law = (xs[:, 0] / 32.0) ** a_true * (xs[:, 1] / 8.0) ** b_true
     cell_ids = np.unique(xs, axis=0, return_inverse=True)[1].ravel()  # cells numbered in (N, W) order
     setting = s.as_setting()
-    draws, fine = [], []
+    draws, centres = [], []
     for _ in range(n_sim):
         tau, centre = planted_taus(rng, setting, xs[:, 0], law)
         draws.append(reported_brackets(rng, setting, cell_ids, xs[:, 0], tau))
-        fine.append(fine_against_scatter(setting, *planted_brackets(setting, xs[:, 0], centre)))
-    return xs, draws, fine
+        centres.append(centre)
+    return xs, draws, centres
 
 
 def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult:
     """Simulate ``n_sim`` experiments of the joint law (:func:`joint_experiments`) and fit each as
     ``fit_joint_law`` does."""
     a_true, b_true = s.exponents
-    xs, draws, fine = joint_experiments(s, n_sim, seed)
+    xs, draws, centres = joint_experiments(s, n_sim, seed)
+    setting = s.as_setting()
     hits, both, widths, hits_prev, widths_prev, sds = np.zeros(2), 0, [], np.zeros(2), [], []
     tally = FineTally(2)
-    for (value, lo, hi), is_fine in zip(draws, fine):
+    for (value, lo, hi), centre in zip(draws, centres):
         sds.append(median_bracket_sd(lo, hi))
         fitted = make_cells(xs, np.log10(value), [str(i) for i in range(len(xs))])
         ls = law_least_squares(fitted, RunBrackets.of(cell_index(fitted, xs), value, lo, hi), 0.95)
@@ -468,7 +469,7 @@ def run_joint_setting(s: JointSetting, n_sim: int, seed: int = 0) -> JointResult
             widths_prev.append((j, p_hi - p_lo))
         hits += inside
         both += all(inside)
-        tally.add(is_fine, *inside)
+        tally.add(fine_against_scatter(setting, *planted_brackets(setting, xs[:, 0], centre)), *inside)
     width = tuple(float(np.median([w for j, w in widths if j == i])) for i in (0, 1))
     width_prev = tuple(float(np.median([w for j, w in widths_prev if j == i])) for i in (0, 1))
     return JointResult(s, n_sim, (hits[0] / n_sim, hits[1] / n_sim), both / n_sim, width,
@@ -546,8 +547,9 @@ def run_level_setting(s: Setting, n_sim: int, seed: int = 0) -> SettingResult:
         lo, hi = (np.array(v, dtype=float) for v in zip(*(r.bracket for r in rows)))
         sds.append(median_bracket_sd(lo, hi))
         _, a, b, _, _ = fit_interval(xs, value, lo, hi)
-        hit += a <= s.exponent <= b
-        fine.add(is_fine, a <= s.exponent <= b)
+        inside = a <= s.exponent <= b
+        hit += inside
+        fine.add(is_fine, inside)
         width.append(b - a)
         _, a, b = previous_t_interval(xs, value)
         hit_prev += a <= s.exponent <= b
