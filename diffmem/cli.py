@@ -439,11 +439,15 @@ def cmd_coverage(args) -> int:
         print("\nLaws of one variable (planted exponents 0, 0.5, 1):\n" + coverage.format_table(results))
         print(coverage.coverage_summary(results))
         print("Against the targets:\n" + coverage.law_target_checks(results))
+        print(coverage.format_around(coverage.around_wide_rows(results, coverage.run_setting, args.n_sim,
+                                                               args.seed, args.jobs)))
     if args.study in ("joint", "all"):
         joint = coverage.run_all(coverage.joint_settings(grids=grids, **ratios), coverage.run_joint_setting,
                                  args.n_sim, args.seed, args.jobs)
         print("\nThe joint law tau ~ N^a W^b:\n" + coverage.format_joint_table(joint))
         print("Against the targets:\n" + coverage.joint_target_checks(joint))
+        print(coverage.format_around(coverage.around_wide_rows(joint, coverage.run_joint_setting, args.n_sim,
+                                                               args.seed, args.jobs)))
     if args.study in ("levels", "all"):
         levels = coverage.run_all(coverage.level_settings(grids=grids, **ratios), coverage.run_level_setting,
                                   args.n_sim, args.seed, args.jobs)
@@ -451,6 +455,8 @@ def cmd_coverage(args) -> int:
               + coverage.format_level_table(levels))
         print(coverage.coverage_summary(levels))
         print("Against the targets:\n" + coverage.law_target_checks(levels))
+        print(coverage.format_around(coverage.around_wide_rows(levels, coverage.run_level_setting, args.n_sim,
+                                                               args.seed, args.jobs)))
     return 0
 
 

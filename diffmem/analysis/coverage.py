@@ -30,6 +30,10 @@ the experiments whose every planted tau (without scatter) lies in a bracket smal
 (:func:`fine_against_scatter`): on the paper's checkpoints, coarse below 10^4 steps and fine above, one setting
 holds both kinds.
 
+Each study ends with the checks against issue #39's targets (:func:`target_checks`) and re-runs every row above the
+width target with its planted exponent shifted by a little (:func:`around_wide_rows`): whether the plain t covered
+a row is a property of the grid, the design and the scatter only if it still covers there.
+
 The joint law ``tau = tau0 N^a W^b`` (:func:`run_joint_setting`) and the level-crossing laws
 (:func:`run_level_setting`: planted f_mem curves read by the suite's own ``tau_mem_level``) have studies of their
 own, on the same grids.
@@ -39,7 +43,7 @@ from __future__ import annotations
 import math
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -272,8 +276,10 @@ def previous_t_interval(xs: np.ndarray, tau: np.ndarray, ci: float = 0.95) -> tu
 
 
 def setting_rng(seed: int, *parts: float) -> np.random.Generator:
-    """The seeded generator of one setting (reproducible whatever the order settings run in)."""
-    return np.random.default_rng([seed, *(int(round(1000 * p)) + 1000 for p in parts)])
+    """The seeded generator of one setting (reproducible whatever the order settings run in). Each part enters as
+    ``round(1000 p) + 1000``, taken modulo 2^32 where that is negative (a planted exponent below -1,
+    :func:`around_wide_rows`), as numpy seeds are non-negative."""
+    return np.random.default_rng([seed, *((int(round(1000 * p)) + 1000) % 2 ** 32 for p in parts)])
 
 
 class FineTally:
@@ -657,32 +663,132 @@ def setting_label(s: Setting, exponent: bool = True) -> str:
             f"{100 * s.scatter:.0f} % {s.n_x} x" + (f" exponent {s.exponent:g}" if exponent else ""))
 
 
-def law_target_checks(results: Sequence[SettingResult]) -> str:
-    """:func:`target_checks` of the laws or level-crossing study; widths compared per row of the table (the
-    exponents of one row pooled, as :func:`format_table` does), where the previous t covered every exponent."""
+def law_width_rows(results: Sequence[SettingResult]) -> dict[str, list[SettingResult]]:
+    """The rows of a laws or level-crossing table (the exponents of one row pooled, as :func:`format_table` does)
+    where the previous t covered every exponent: the rows the width target reads, by label."""
     rows: dict[str, list[SettingResult]] = {}
     for r in results:
         rows.setdefault(setting_label(r.setting, exponent=False), []).append(r)
-    widths = [(label, float(np.median([r.width for r in group])), float(np.median([r.width_previous for r in group])))
-              for label, group in rows.items() if all(r.coverage_previous >= TARGET_LOW for r in group)]
+    return {label: group for label, group in rows.items() if all(r.coverage_previous >= TARGET_LOW for r in group)}
+
+
+def pooled_widths(group: Sequence[SettingResult]) -> tuple[float, float]:
+    """The median width of the fit's interval and of the previous t's over a row's exponents."""
+    return float(np.median([r.width for r in group])), float(np.median([r.width_previous for r in group]))
+
+
+def law_target_checks(results: Sequence[SettingResult]) -> str:
+    """:func:`target_checks` of the laws or level-crossing study; widths compared per row of the table
+    (:func:`law_width_rows`)."""
+    widths = [(label, *pooled_widths(group)) for label, group in law_width_rows(results).items()]
     return target_checks([(setting_label(r.setting), r.coverage, r.setting.scatter, r.bracket_sd, r.coverage_fine,
                            r.n_fine) for r in results], widths)
 
 
+def joint_label(r: JointResult, j: int) -> str:
+    """A short name of exponent ``j`` (0: N's, 1: W's) of a joint setting, e.g. ``paper full 1 seed 5 % (0, -1) N's
+    exponent``."""
+    s = r.setting
+    return (f"{s.grid}{' refined' if s.refined else ''} {s.layout} {s.seeds} seed{'s' if s.seeds > 1 else ''} "
+            f"{100 * s.scatter:.0f} % ({s.exponents[0]:g}, {s.exponents[1]:g}) {'NW'[j]}'s exponent")
+
+
+def joint_width_rows(results: Sequence[JointResult]) -> list[tuple[JointResult, int]]:
+    """The (setting, exponent) rows of the joint study where the previous t covered: the rows the width target
+    reads."""
+    return [(r, j) for r in results for j in (0, 1) if r.coverage_previous[j] >= TARGET_LOW and r.width_previous]
+
+
 def joint_target_checks(results: Sequence[JointResult]) -> str:
     """:func:`target_checks` of the joint study, each exponent a row."""
-    rows, widths = [], []
-    for r in results:
-        s = r.setting
-        name = (f"{s.grid}{' refined' if s.refined else ''} {s.layout} {s.seeds} seed{'s' if s.seeds > 1 else ''} "
-                f"{100 * s.scatter:.0f} % ({s.exponents[0]:g}, {s.exponents[1]:g})")
-        for j, var in enumerate(("N", "W")):
-            label = f"{name} {var}'s exponent"
-            rows.append((label, r.coverage[j], s.scatter, r.bracket_sd,
-                         None if r.coverage_fine is None else r.coverage_fine[j], r.n_fine))
-            if r.coverage_previous[j] >= TARGET_LOW and r.width_previous:
-                widths.append((label, r.width[j], r.width_previous[j]))
+    rows = [(joint_label(r, j), r.coverage[j], r.setting.scatter, r.bracket_sd,
+             None if r.coverage_fine is None else r.coverage_fine[j], r.n_fine) for r in results for j in (0, 1)]
+    widths = [(joint_label(r, j), r.width[j], r.width_previous[j]) for r, j in joint_width_rows(results)]
     return target_checks(rows, widths)
+
+
+# --- around the planted exponents of the rows above the width target ------------------------------------------------
+
+AROUND_SHIFTS: tuple[float, ...] = (-0.1, -0.05, 0.05, 0.1)
+"""The shifts of a planted exponent at which :func:`around_wide_rows` re-runs a row above the width target: within
+the previous t's own half width in every such row of the studies."""
+
+
+@dataclass(frozen=True)
+class AroundRow:
+    """A row above the width target re-run with its planted exponent shifted (:func:`around_wide_rows`): its
+    ``label``, its width ratio against the previous t, and per shift of :data:`AROUND_SHIFTS` (the coverage of the
+    fit's interval, the previous t's, the ratio of their median widths); coverages are fractions in [0, 1]."""
+
+    label: str
+    ratio: float
+    readings: tuple[tuple[float, float, float], ...]
+
+
+def around_wide_rows(results: Sequence[SettingResult] | Sequence[JointResult], run: Callable, n_sim: int,
+                     seed: int = 0, jobs: int = 1) -> list[AroundRow]:
+    """Every row above the width target (:data:`TARGET_WIDTH` where the previous t covered) re-run by ``run``
+    (:func:`run_setting`, :func:`run_level_setting` or :func:`run_joint_setting`, whichever printed ``results``)
+    with the row's planted exponent shifted by each of :data:`AROUND_SHIFTS`, the rest of the setting kept; the
+    same seed. A joint row shifts the exponent it reads; a row of one variable, pooling its planted exponents as
+    the table does, shifts each. Whether the previous t covered a row is a property of the setting only if it
+    covers there too; what it reads there says whether the width target's baseline holds its coverage beside the
+    exponent the study plants."""
+    if results and isinstance(results[0], JointResult):
+        wide = [(joint_label(r, j), r.width[j] / r.width_previous[j], [(r.setting, j)])
+                for r, j in joint_width_rows(results) if r.width[j] > TARGET_WIDTH * r.width_previous[j]]
+    else:
+        wide = [(label, pooled[0] / pooled[1], [(r.setting, None) for r in group])
+                for label, group in law_width_rows(results).items()
+                for pooled in [pooled_widths(group)] if pooled[0] > TARGET_WIDTH * pooled[1]]
+    todo = [shifted_setting(s, j, d) for _, _, members in wide for d in AROUND_SHIFTS for s, j in members]
+    done = iter(run_all(todo, run, n_sim, seed, jobs))
+    rows = []
+    for label, ratio, members in wide:
+        readings = []
+        for _ in AROUND_SHIFTS:
+            got = [(next(done), j) for _, j in members]
+            if got[0][1] is None:
+                group = [r for r, _ in got]
+                width, previous = pooled_widths(group)
+                readings.append((min(r.coverage for r in group), min(r.coverage_previous for r in group),
+                                 width / previous))
+            else:
+                (r, j), = got
+                readings.append((r.coverage[j], r.coverage_previous[j], r.width[j] / r.width_previous[j]))
+        rows.append(AroundRow(label, ratio, tuple(readings)))
+    return rows
+
+
+def shifted_setting(s: Setting | JointSetting, j: int | None, shift: float) -> Setting | JointSetting:
+    """``s`` with its planted exponent (a joint setting's exponent ``j``) moved by ``shift``."""
+    if j is None:
+        return replace(s, exponent=round(s.exponent + shift, 10))
+    exponents = list(s.exponents)
+    exponents[j] = round(exponents[j] + shift, 10)
+    return replace(s, exponents=tuple(exponents))
+
+
+def format_around(rows: Sequence[AroundRow]) -> str:
+    """Lines that read :func:`around_wide_rows`: per row, the previous t's and the fit's coverage at each shift and
+    the fit's width against the previous t's there; then in how many rows the previous t reads below
+    :data:`TARGET_LOW` at some shift, and the others' lowest reading."""
+    if not rows:
+        return f"- no row above {TARGET_WIDTH:g}x the previous t's width"
+    lines = [f"- the planted exponent shifted by {' / '.join(f'{d:+g}' for d in AROUND_SHIFTS)} in each row above "
+             f"{TARGET_WIDTH:g}x (coverage % of the previous t, of the fit; the fit's median width against the "
+             "previous t's):"]
+    held = []
+    for row in rows:
+        fit, prev, ratio = zip(*row.readings)
+        lines.append(f"  - {row.label} ({row.ratio:.2f}x): previous t {_percent(prev)} (lowest {100 * min(prev):.2f} "
+                     f"%), fit {_percent(fit)}, width {min(ratio):.2f}-{max(ratio):.2f}x")
+        if min(prev) >= TARGET_LOW:
+            held.append(f"{row.label} (previous t at least {100 * min(prev):.2f} %, width {min(ratio):.2f}-"
+                        f"{max(ratio):.2f}x)")
+    lines.append(f"- the previous t reads below {100 * TARGET_LOW:.0f} % at a shifted exponent in "
+                 f"{len(rows) - len(held)} of the {len(rows)} rows; it holds in: " + ("; ".join(held) or "none"))
+    return "\n".join(lines)
 
 
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
@@ -690,4 +796,5 @@ __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_
            "joint_experiments", "run_joint_setting", "level_experiments",
            "run_level_setting",
            "settings", "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
-           "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks"]
+           "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks",
+           "AROUND_SHIFTS", "AroundRow", "around_wide_rows", "format_around"]
