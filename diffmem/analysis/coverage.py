@@ -710,8 +710,9 @@ def joint_target_checks(results: Sequence[JointResult]) -> str:
 # --- around the planted exponents of the rows above the width target ------------------------------------------------
 
 AROUND_SHIFTS: tuple[float, ...] = (-0.1, -0.05, 0.05, 0.1)
-"""The shifts of a planted exponent at which :func:`around_wide_rows` re-runs a row above the width target: within
-the previous t's own half width in every such row of the studies."""
+"""The shifts of a planted exponent at which :func:`around_wide_rows` re-runs a row above the width target: small
+against the spacing of the planted exponents (0.5) and against what tells the paper's laws apart (tau_mem ~ N,
+tau_gen flat in N)."""
 
 
 @dataclass(frozen=True)
