@@ -392,8 +392,10 @@ def test_the_rows_above_the_width_target_are_rerun_around_their_planted_exponent
         previous = 0.80 if a == pytest.approx(0.05) else 0.95
         return JointResult(s, n_sim, (0.99, 0.99), 0.98, (0.40, 0.20), (previous, 0.95), 0.02, (0.30, 0.19))
 
-    rows = around_wide_rows([wide, narrow], run, 50, seed=3)
-    # only N's exponent of the paper row is above 1.25x (2.00x); W's is 1.05x and the shared row's 1.05x
+    no_width = JointResult(replace(flat, seeds=3), 100, (0.95, 0.95), 0.9, (0.2, 0.2), (0.95, 0.95), 0.02, (0.0, 0.0))
+    rows = around_wide_rows([wide, narrow, no_width], run, 50, seed=3)
+    # only N's exponent of the paper row is above 1.25x (2.00x); W's is 1.05x, the shared row's 1.05x, and a
+    # previous t of width 0 (left out of the checks too) is not read
     assert [s.exponents for s, _, _ in asked] == [(d, -1.0) for d in (-0.1, -0.05, 0.05, 0.1)]
     assert {(n, seed) for _, n, seed in asked} == {(50, 3)} and all(s.grid == "paper" for s, _, _ in asked)
     assert len(rows) == 1 and rows[0].label == "paper full 1 seed 5 % (0, -1) N's exponent"

@@ -737,11 +737,11 @@ def around_wide_rows(results: Sequence[SettingResult] | Sequence[JointResult], r
     exponent the study plants."""
     if results and isinstance(results[0], JointResult):
         wide = [(joint_label(r, j), r.width[j] / r.width_previous[j], [(r.setting, j)])
-                for r, j in joint_width_rows(results) if r.width[j] > TARGET_WIDTH * r.width_previous[j]]
+                for r, j in joint_width_rows(results) if above_width_target(r.width[j], r.width_previous[j])]
     else:
         wide = [(label, pooled[0] / pooled[1], [(r.setting, None) for r in group])
                 for label, group in law_width_rows(results).items()
-                for pooled in [pooled_widths(group)] if pooled[0] > TARGET_WIDTH * pooled[1]]
+                for pooled in [pooled_widths(group)] if above_width_target(*pooled)]
     todo = [shifted_setting(s, j, d) for _, _, members in wide for d in AROUND_SHIFTS for s, j in members]
     done = iter(run_all(todo, run, n_sim, seed, jobs))
     rows = []
@@ -759,6 +759,12 @@ def around_wide_rows(results: Sequence[SettingResult] | Sequence[JointResult], r
                 readings.append((r.coverage[j], r.coverage_previous[j], r.width[j] / r.width_previous[j]))
         rows.append(AroundRow(label, ratio, tuple(readings)))
     return rows
+
+
+def above_width_target(width: float, previous: float) -> bool:
+    """Whether a median width is above :data:`TARGET_WIDTH` times the previous t's (a previous width of 0, which
+    :func:`target_checks` leaves out too, never is)."""
+    return previous > 1e-9 and width > TARGET_WIDTH * previous
 
 
 def shifted_setting(s: Setting | JointSetting, j: int | None, shift: float) -> Setting | JointSetting:
