@@ -207,14 +207,20 @@ def closed_form_candidates(cells: list[Cell], cell_variance: np.ndarray, j: int,
             "limit at 0": (centre - limit_at_zero, centre + limit_at_zero)}
 
 
+def half_without_worst_case(ls: LeastSquares, j: int) -> float:
+    """The adopted rule's half width of coefficient ``j`` without the brackets' worst case: its t part and its
+    shared-bracket floor (factor 1)."""
+    a = np.zeros(ls.coef.size)
+    a[j] = 1.0
+    return interval_half_width(a, ls.cov, ls.t, None, ls.z, ls.rounding_cov)
+
+
 def without_worst_case(ls: LeastSquares, j: int) -> tuple[float, float]:
     """(lo, hi) of coefficient ``j`` by the adopted rule ``ls`` without the brackets' worst case where the cell means
     are not on one line (``no worst case``; on one line the adopted interval, factor included)."""
     if ls.floor is None or ls.collinear:
         return ls.interval(j)
-    a = np.zeros(ls.coef.size)
-    a[j] = 1.0
-    half = interval_half_width(a, ls.cov, ls.t, None, ls.z, ls.rounding_cov)
+    half = half_without_worst_case(ls, j)
     return float(ls.coef[j] - half), float(ls.coef[j] + half)
 
 
@@ -223,10 +229,8 @@ def limit_alone(ls: LeastSquares, j: int) -> tuple[float, float]:
     adopted rule's t part and shared floor with ``t sqrt(sum_i (C_ji sd_i)^2)`` in place of the worst case."""
     if ls.floor is None or ls.collinear:
         return ls.interval(j)
-    a = np.zeros(ls.coef.size)
-    a[j] = 1.0
     limit = ls.t * math.sqrt(float(((ls.floor[:, j] * ls.floor[:, -1]) ** 2).sum()))
-    half = max(interval_half_width(a, ls.cov, ls.t, None, ls.z, ls.rounding_cov), limit)
+    half = max(half_without_worst_case(ls, j), limit)
     return float(ls.coef[j] - half), float(ls.coef[j] + half)
 
 
@@ -242,9 +246,7 @@ def calibrated(ls: LeastSquares, cells: list[Cell], runs: RunBrackets, j: int, c
     the cell means lie on one line. Seeded: the same fit gives the same interval."""
     if ls.floor is None or ls.collinear or not runs.rounded.any():
         return ls.interval(j)
-    a = np.zeros(ls.coef.size)
-    a[j] = 1.0
-    base = interval_half_width(a, ls.cov, ls.t, None, ls.z, ls.rounding_cov)
+    base = half_without_worst_case(ls, j)
     design = design_matrix(cells)
     weights, leverage = design_weights(design)
     v = runs.cell_variance(len(cells))
