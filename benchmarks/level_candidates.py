@@ -11,6 +11,12 @@ A crossing is interpolated between two evaluations; its interval also spans f_me
   independent, and the worst case of the brackets when they explain all the scatter;
 - ``step, worst case``: the step as the bracket, errors independent, with the worst case;
 - ``step alone``: the step as the bracket, errors independent, no worst case;
+- ``curvature``: the bracket narrowed from the step to the interpolation's own error (:func:`curvature_bracket`:
+  the first-order error of the log-time linear interpolation, from f_mem's curvature at the evaluations around the
+  step), errors independent, no worst case: what carrying f_mem at the evaluations into the fits could give;
+- ``curvature, bias bound``: the same with the bound of that error's effect on the exponent added to the half width,
+  ``sum_i |C_i| w_i`` (``C``: the slope's row of ``(X'X)^-1 X'``, ``w_i`` the mean width of cell i's brackets,
+  log10): the error is one-signed and shared across x on one grid, so it shifts the fit rather than scattering it;
 - ``plain t``: the t interval on the residual scatter alone.
 
 Run from the repository root:
@@ -23,14 +29,51 @@ and the widest ratio of its median width to the plain t's where the plain t cove
 from __future__ import annotations
 
 import argparse
+import math
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from diffmem.analysis.cellfit import RunBrackets, cell_index, cell_least_squares, law_least_squares, make_cells
-from diffmem.analysis.coverage import Setting, level_experiments, level_settings, markdown_table
+from diffmem.analysis.cellfit import (RunBrackets, cell_index, cell_least_squares, design_matrix, design_weights,
+                                      law_least_squares, make_cells)
+from diffmem.analysis.coverage import LEVEL, Setting, level_experiments, level_settings, markdown_table, planted_f_mem
+from diffmem.analysis.timescales import Estimate, tau_mem_level
 
-CANDIDATES = ("adopted", "whole interval", "step, worst case", "step alone", "plain t")
+CANDIDATES = ("adopted", "whole interval", "step, worst case", "step alone", "curvature", "curvature, bias bound",
+              "plain t")
+
+
+def curvature_bracket(steps: np.ndarray, f: np.ndarray, crossing: Estimate) -> tuple[float, float]:
+    """The steps between which the crossing lies once the interpolation's first-order error is allowed for.
+
+    In x = ln(step), the linear interpolant p of f between evaluations a < b misses f by ``f(x) - p(x) = (x - x_a)
+    (x_b - x) f''/2`` (up to the variation of f'' in the step); where p = LEVEL at x^, f = LEVEL at about
+    ``x^ + (x^ - x_a)(x_b - x^) f'' / (2 g)``, g = the step's secant slope. f'' is read as the second divided
+    differences of the evaluations around the step (the two triples that hold it, where they exist): the bracket runs
+    from x^ towards later steps by the largest positive curvature and towards earlier ones by the largest negative one,
+    clipped to the step. ``steps``: evaluated steps (> 0 here), ``f``: f_mem at each; the whole step where no triple
+    exists."""
+    x = np.log(steps)
+    i = int(np.searchsorted(steps, crossing.bracket[1]))
+    a, b = crossing.bracket
+    curvature = [2.0 * ((f[k + 1] - f[k]) / (x[k + 1] - x[k]) - (f[k] - f[k - 1]) / (x[k] - x[k - 1]))
+                 / (x[k + 1] - x[k - 1]) for k in (i - 1, i) if 1 <= k < len(x) - 1]
+    if not curvature:
+        return a, b
+    xv = math.log(crossing.value)
+    reach = (xv - x[i - 1]) * (x[i] - xv) / 2.0 / ((f[i] - f[i - 1]) / (x[i] - x[i - 1]))
+    later, earlier = reach * max(max(curvature), 0.0), reach * max(-min(curvature), 0.0)
+    return max(math.exp(xv - earlier), a), min(math.exp(xv + later), b)
+
+
+def read_with_curvature(rng: np.random.Generator, steps: np.ndarray,
+                        tau_level: float) -> tuple[Estimate, tuple[float, float]] | None:
+    """The study's reading of one run (the draws of ``planted_level_crossing``) with its :func:`curvature_bracket`."""
+    observed, f_lo, f_hi = planted_f_mem(rng, steps, tau_level)
+    est = tau_mem_level(steps.tolist(), observed.tolist(), f_lo.tolist(), f_hi.tolist(), LEVEL)
+    if not est.measured or est.bracket is None:
+        return None
+    return est, curvature_bracket(steps, observed, est)
 
 
 def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
@@ -40,30 +83,40 @@ def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
 
 
 def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[float, float]]:
-    """Each candidate's interval of the exponent for one experiment (``rows``: one crossing per run)."""
-    value, lo, hi, b_lo, b_hi = rows.T
+    """Each candidate's interval of the exponent for one experiment (``rows``: one crossing per run, its value,
+    interval, step and :func:`curvature_bracket`)."""
+    value, lo, hi, b_lo, b_hi, c_lo, c_hi = rows.T
     cells = make_cells(xs[:, None], np.log10(value), [str(i) for i in range(xs.size)])
     cell_of = cell_index(cells, xs[:, None])
     n = len(cells)
     step = RunBrackets.of(cell_of, value, b_lo, b_hi)
     whole = RunBrackets.of(cell_of, value, lo, hi)
+    curved = RunBrackets.of(cell_of, value, c_lo, c_hi)
     fits = {
         "adopted": law_least_squares(cells, step, 0.95),
         "whole interval": cell_least_squares(cells, 0.95, whole.cell_variance(n), independent_errors(whole, n)),
         "step, worst case": cell_least_squares(cells, 0.95, step.cell_variance(n), independent_errors(step, n)),
         "step alone": cell_least_squares(cells, 0.95, step.cell_variance(n), independent_errors(step, n),
                                          np.zeros(n)),
+        "curvature": cell_least_squares(cells, 0.95, curved.cell_variance(n), independent_errors(curved, n),
+                                        np.zeros(n)),
         "plain t": cell_least_squares(cells, 0.95),
     }
-    return {name: ls.interval(1) for name, ls in fits.items()}
+    out = {name: ls.interval(1) for name, ls in fits.items()}
+    weights, _ = design_weights(design_matrix(cells))
+    width = np.where(curved.known, curved.hi - curved.lo, 0.0)
+    bias = float(np.abs(weights[1]) @ (np.bincount(cell_of, weights=width, minlength=n) / np.bincount(cell_of)))
+    a, b = out["curvature"]
+    out["curvature, bias bound"] = (a - bias, b + bias)
+    return out
 
 
 def level_row(s: Setting, n_sim: int, seed: int = 0) -> tuple[Setting, dict[str, tuple[float, float]]]:
     """(setting, candidate -> (coverage, median width)) over the study's ``n_sim`` experiments of ``s``."""
     hits = {c: 0 for c in CANDIDATES}
     widths: dict[str, list[float]] = {c: [] for c in CANDIDATES}
-    for xs, crossings, _ in level_experiments(s, n_sim, seed):
-        rows = np.array([(e.value, e.lo, e.hi, *e.bracket) for e in crossings], dtype=float)
+    for xs, crossings, _ in level_experiments(s, n_sim, seed, read_with_curvature):
+        rows = np.array([(e.value, e.lo, e.hi, *e.bracket, *curved) for e, curved in crossings], dtype=float)
         for name, (a, b) in exponent_intervals(xs, rows).items():
             hits[name] += a <= s.exponent <= b
             widths[name].append(b - a)

@@ -3,10 +3,13 @@ level crossings"): its "adopted" candidate is the coverage study's own fit on th
 candidates are the rule's pieces switched off."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from diffmem.analysis.coverage import Setting, level_experiments, run_level_setting
+from diffmem.analysis.timescales import tau_mem_level
 from scripts import load_benchmark
 
 
@@ -27,10 +30,46 @@ def test_each_crossing_s_step_lies_in_its_interval_and_the_worst_case_only_widen
     """On the study's experiments: the step a crossing is interpolated in lies within its interval, and the worst
     case, the one piece that is a pure floor, never narrows the interval it is added to."""
     s = Setting(1.0, 4, 3, 0.05, "paper")
-    for xs, crossings, _ in level_experiments(s, 20, seed=5):
-        rows = np.array([(e.value, e.lo, e.hi, *e.bracket) for e in crossings], dtype=float)
+    for xs, crossings, _ in level_experiments(s, 20, 5, candidates.read_with_curvature):
+        rows = np.array([(e.value, e.lo, e.hi, *e.bracket, *curved) for e, curved in crossings], dtype=float)
         value = rows[:, 0]
         assert np.all(rows[:, 1] <= rows[:, 3]) and np.all(rows[:, 4] <= rows[:, 2])
         assert np.all(rows[:, 3] <= value * (1 + 1e-12)) and np.all(value <= rows[:, 4] * (1 + 1e-12))
+        assert np.all(rows[:, 3] <= rows[:, 5]) and np.all(rows[:, 6] <= rows[:, 4])
         width = {name: b - a for name, (a, b) in candidates.exponent_intervals(xs, rows).items()}
         assert width["step, worst case"] >= width["step alone"] - 1e-12
+        assert width["curvature, bias bound"] >= width["curvature"] - 1e-12
+
+
+def test_the_reader_with_curvature_sees_the_study_s_draws(candidates):
+    s = Setting(1.0, 3, 1, 0.15, "suite")
+    plain = [e for _, rows, _ in level_experiments(s, 5, seed=2) for e in rows]
+    curved = [e for _, rows, _ in level_experiments(s, 5, 2, candidates.read_with_curvature) for e, _ in rows]
+    assert [e.to_dict() for e in plain] == [e.to_dict() for e in curved]
+
+
+def _crossing(steps, f, level):
+    lo = np.clip(f - 1e-3, 0, 1).tolist()
+    return tau_mem_level(steps.tolist(), f.tolist(), lo, lo, level)
+
+
+def test_the_curvature_bracket_is_the_value_where_f_is_linear_in_log_time(candidates):
+    steps = 1000.0 * 1.5 ** np.arange(8)
+    f = 0.02 + 0.03 * np.log(steps / 1000.0)
+    crossing = _crossing(steps, f, 0.1)
+    assert candidates.curvature_bracket(steps, f, crossing) == pytest.approx((crossing.value, crossing.value))
+    assert crossing.value == pytest.approx(1000.0 * math.exp(0.08 / 0.03))
+
+
+@pytest.mark.parametrize("ratio", [1.1, 1.5])
+def test_the_curvature_bracket_holds_a_power_law_s_crossing_on_its_later_side(candidates, ratio):
+    """f = 0.1 (s / tau)^2 is convex in log time: the interpolation crosses early and the truth lies after it,
+    inside the bracket, which lies inside the step; a finer grid gives a narrower bracket."""
+    steps = 1000.0 * ratio ** np.arange(40)
+    for tau in (3100.0, 4700.0, 9000.0):
+        f = 0.1 * (steps / tau) ** 2
+        crossing = _crossing(steps, f, 0.1)
+        lo, hi = candidates.curvature_bracket(steps, f, crossing)
+        assert crossing.bracket[0] <= lo == pytest.approx(crossing.value) and hi <= crossing.bracket[1]
+        assert lo < tau <= hi
+        assert math.log(hi / lo) < 0.1 * math.log(ratio) * (1 + 4 * (ratio > 1.2))

@@ -45,7 +45,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -512,30 +512,41 @@ LEVEL_RISE = 2.0
 evaluation as Binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES with its binomial interval."""
 
 
-def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_level: float) -> Estimate | None:
-    """tau_mem_at_LEVEL read by the suite's estimator from a planted f_mem curve crossing LEVEL at ``tau_level`` and
-    sampled at ``steps``: its value, interval and bracket (the two evaluations it is interpolated between, what the
-    fits take); None when the estimate is censored."""
+def planted_f_mem(rng: np.random.Generator, steps: np.ndarray,
+                  tau_level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A planted f_mem curve crossing LEVEL at ``tau_level`` as an evaluation reads it at ``steps``: (f_mem, its 95 %
+    interval's lower and upper ends), each a fraction per step, shape (steps,)."""
     f = np.minimum(LEVEL * (steps / tau_level) ** LEVEL_RISE, 1.0)
     observed = rng.binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES
     f_lo, f_hi = binomial_interval(observed, LEVEL_SAMPLES)
+    return observed, f_lo, f_hi
+
+
+def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_level: float) -> Estimate | None:
+    """tau_mem_at_LEVEL read by the suite's estimator from a planted f_mem curve crossing LEVEL at ``tau_level`` and
+    sampled at ``steps`` (:func:`planted_f_mem`): its value, interval and bracket (the two evaluations it is
+    interpolated between, what the fits take); None when the estimate is censored."""
+    observed, f_lo, f_hi = planted_f_mem(rng, steps, tau_level)
     est = tau_mem_level(steps.tolist(), observed.tolist(), f_lo.tolist(), f_hi.tolist(), LEVEL)
     return est if est.measured and est.bracket is not None else None
 
 
-def level_experiments(s: Setting, n_sim: int,
-                      seed: int = 0) -> Iterator[tuple[np.ndarray, list[Estimate], bool]]:
+def level_experiments(s: Setting, n_sim: int, seed: int = 0,
+                      read: Callable[[np.random.Generator, np.ndarray, float], Any] = planted_level_crossing
+                      ) -> Iterator[tuple[np.ndarray, list, bool]]:
     """``n_sim`` simulated experiments of a level-crossing law, each (x of each run, its crossing, whether the grid
     is fine against the scatter where the law's taus lie, :func:`fine_against_scatter`): each run's f_mem curve is
     planted (crossing LEVEL at its tau) and evaluated at the setting's grid (refined settings: every kept
-    checkpoint evaluated, as a dense grid); experiments with a censored run are drawn again. Seeded per setting."""
+    checkpoint evaluated, as a dense grid); experiments with a censored run are drawn again. Seeded per setting.
+    ``read(rng, steps, tau)`` reads one run (default :func:`planted_level_crossing`; None: censored); a reader that
+    draws as :func:`planted_f_mem` does and is None where it is sees the same experiments."""
     rng = setting_rng(seed, 7, s.exponent, s.n_x, s.seeds, s.scatter, GRIDS.index(s.grid), s.refined)
     xs = np.repeat(16.0 * 2.0 ** np.arange(s.n_x), s.seeds)
     done = 0
     while done < n_sim:
         tau, centre = planted_taus(rng, s, xs, (xs / 16.0) ** s.exponent)
         grids = level_grids(rng, s, xs)
-        rows = [planted_level_crossing(rng, steps, t) for steps, t in zip(grids, tau)]
+        rows = [read(rng, steps, t) for steps, t in zip(grids, tau)]
         if any(r is None for r in rows):
             continue
         done += 1
@@ -800,7 +811,7 @@ def format_around(rows: Sequence[AroundRow]) -> str:
 
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
            "previous_t_interval", "simulate_planted_experiment", "fine_against_scatter", "run_setting",
-           "joint_experiments", "run_joint_setting", "level_experiments",
+           "joint_experiments", "run_joint_setting", "level_experiments", "planted_f_mem",
            "run_level_setting",
            "settings", "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
            "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks",
