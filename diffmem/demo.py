@@ -49,17 +49,20 @@ from diffmem.rundir import RunDir
 from diffmem.sweep import job_config, run_sweep
 from diffmem.train import train
 
-# --quick: the same grid with fewer steps, samples and evaluations, so the test suite can run the demo end to end.
-QUICK = {"steps_per_n": 10, "min_steps": 0, "times": 6, "n_samples": 32, "sampler_steps": 10}
+# --quick: the same grid with fewer steps, samples and evaluations, and the per-level losses (the loss gap and the
+# membership AUC) on fewer held-out images and noise draws, so the test suite can run the demo end to end.
+QUICK = {"steps_per_n": 10, "min_steps": 0, "times": 6, "n_samples": 32, "sampler_steps": 10, "loss_n_test": 64,
+         "loss_noise_draws": 1}
 
 CHECK_DIR = "advice_check"  # advice checks live here, inside the experiment folder but outside its grid
 
 
 def quick_version(base: RunConfig, sweep: SweepConfig) -> tuple[RunConfig, SweepConfig]:
-    """The --quick variant of an experiment: fewer steps, samples and evaluations, no early stop or refinement
-    (see ``QUICK``)."""
+    """The --quick variant of an experiment: fewer steps, samples, evaluations and held-out images for the losses, no
+    early stop or refinement (see ``QUICK``)."""
     cfg = base.replace(eval={"times": QUICK["times"], "n_samples": QUICK["n_samples"],
-                             "sampler_steps": QUICK["sampler_steps"], "fid_boot": 0, "checkpoint_ratio": 0.0,
+                             "sampler_steps": QUICK["sampler_steps"], "loss_n_test": QUICK["loss_n_test"],
+                             "loss_noise_draws": QUICK["loss_noise_draws"], "fid_boot": 0, "checkpoint_ratio": 0.0,
                              "refine_ratio": 0.0, "stop_f_mem": 0.0})
     return cfg, dataclasses.replace(sweep, width=sweep.width[:1], seeds=sweep.seeds[:1],
                                     steps_per_n=QUICK["steps_per_n"], min_steps=QUICK["min_steps"])
