@@ -51,7 +51,7 @@ from diffmem.train import train
 
 # --quick: the same grid with fewer steps, samples and evaluations, and the per-level losses (the loss gap and the
 # membership AUC) on fewer held-out images and noise draws, so the test suite can run the demo end to end.
-QUICK = {"steps_per_n": 10, "min_steps": 0, "times": 6, "n_samples": 32, "sampler_steps": 10, "loss_n_test": 64,
+QUICK = {"steps_per_n": 5, "min_steps": 0, "times": 6, "n_samples": 32, "sampler_steps": 10, "loss_n_test": 64,
          "loss_noise_draws": 1}
 
 CHECK_DIR = "advice_check"  # advice checks live here, inside the experiment folder but outside its grid
