@@ -36,8 +36,9 @@ import numpy as np
 
 from diffmem.analysis.cellfit import (RunBrackets, cell_index, cell_least_squares, design_matrix, design_weights,
                                       law_least_squares, make_cells)
-from diffmem.analysis.coverage import LEVEL, Setting, level_experiments, level_settings, markdown_table, planted_f_mem
-from diffmem.analysis.timescales import Estimate, tau_mem_level
+from diffmem.analysis.coverage import (Setting, level_experiments, level_settings, markdown_table, measured_crossing,
+                                       planted_f_mem)
+from diffmem.analysis.timescales import Estimate
 
 CANDIDATES = ("adopted", "whole interval", "step, worst case", "step alone", "curvature", "curvature, bias bound",
               "plain t")
@@ -70,10 +71,8 @@ def read_with_curvature(rng: np.random.Generator, steps: np.ndarray,
                         tau_level: float) -> tuple[Estimate, tuple[float, float]] | None:
     """The study's reading of one run (the draws of ``planted_level_crossing``) with its :func:`curvature_bracket`."""
     observed, f_lo, f_hi = planted_f_mem(rng, steps, tau_level)
-    est = tau_mem_level(steps.tolist(), observed.tolist(), f_lo.tolist(), f_hi.tolist(), LEVEL)
-    if not est.measured or est.bracket is None:
-        return None
-    return est, curvature_bracket(steps, observed, est)
+    est = measured_crossing(steps, observed, f_lo, f_hi)
+    return None if est is None else (est, curvature_bracket(steps, observed, est))
 
 
 def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:

@@ -522,13 +522,17 @@ def planted_f_mem(rng: np.random.Generator, steps: np.ndarray,
     return observed, f_lo, f_hi
 
 
-def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_level: float) -> Estimate | None:
-    """tau_mem_at_LEVEL read by the suite's estimator from a planted f_mem curve crossing LEVEL at ``tau_level`` and
-    sampled at ``steps`` (:func:`planted_f_mem`): its value, interval and bracket (the two evaluations it is
-    interpolated between, what the fits take); None when the estimate is censored."""
-    observed, f_lo, f_hi = planted_f_mem(rng, steps, tau_level)
-    est = tau_mem_level(steps.tolist(), observed.tolist(), f_lo.tolist(), f_hi.tolist(), LEVEL)
+def measured_crossing(steps: np.ndarray, f_mem: np.ndarray, f_lo: np.ndarray, f_hi: np.ndarray) -> Estimate | None:
+    """tau_mem_at_LEVEL read by the suite's estimator from f_mem and its interval at ``steps``: its value, interval
+    and bracket (the two evaluations it is interpolated between, what the fits take); None when it is censored."""
+    est = tau_mem_level(steps.tolist(), f_mem.tolist(), f_lo.tolist(), f_hi.tolist(), LEVEL)
     return est if est.measured and est.bracket is not None else None
+
+
+def planted_level_crossing(rng: np.random.Generator, steps: np.ndarray, tau_level: float) -> Estimate | None:
+    """The :func:`measured_crossing` of a planted f_mem curve crossing LEVEL at ``tau_level`` and sampled at
+    ``steps`` (:func:`planted_f_mem`)."""
+    return measured_crossing(steps, *planted_f_mem(rng, steps, tau_level))
 
 
 def level_experiments(s: Setting, n_sim: int, seed: int = 0,
@@ -812,6 +816,7 @@ def format_around(rows: Sequence[AroundRow]) -> str:
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
            "previous_t_interval", "simulate_planted_experiment", "fine_against_scatter", "run_setting",
            "joint_experiments", "run_joint_setting", "level_experiments", "planted_f_mem",
+           "measured_crossing",
            "run_level_setting",
            "settings", "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
            "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks",
