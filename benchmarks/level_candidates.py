@@ -17,6 +17,14 @@ A crossing is interpolated between two evaluations; its interval also spans f_me
 - ``curvature, bias bound``: the same with the bound of that error's effect on the exponent added to the half width,
   ``sum_i |C_i| w_i`` (``C``: the slope's row of ``(X'X)^-1 X'``, ``w_i`` the mean width of cell i's brackets,
   log10): the error is one-signed and shared across x on one grid, so it shifts the fit rather than scattering it;
+- ``curvature, one-signed bound``: the same fit, its interval moved by the range of that error's effect on the
+  exponent instead: each run's error lies within its curvature bracket, so the slope's bias lies in ``[min, max]`` of
+  ``sum_i C_i e_i`` over those ranges (:func:`one_signed_bias`) and the interval is ``[a - max, b - min]``: as wide as
+  the t part plus ``sum_i |C_i| w_i`` once, not twice, and on the side the bias can fall;
+- ``pooled curvature, one-signed bound``: as the last, with f'' read as one least-squares quadratic through the
+  evaluations of both triples (:func:`pooled_curvature_bracket`) instead of the larger of the two triples' readings:
+  on a fine grid each triple's second difference is mostly f_mem's binomial noise, and the larger of two noisy
+  readings is biased up;
 - ``plain t``: the t interval on the residual scatter alone.
 
 Run from the repository root:
@@ -41,13 +49,13 @@ from diffmem.analysis.coverage import (Setting, level_experiments, level_setting
 from diffmem.analysis.timescales import Estimate
 
 CANDIDATES = ("adopted", "whole interval", "step, worst case", "step alone", "curvature", "curvature, bias bound",
-              "plain t")
+              "curvature, one-signed bound", "pooled curvature, one-signed bound", "plain t")
 
 
 def curvature_bracket(steps: np.ndarray, f: np.ndarray, crossing: Estimate) -> tuple[float, float]:
     """The steps between which the crossing lies once the interpolation's first-order error is allowed for.
 
-    In x = ln(step), the linear interpolant p of f between evaluations a < b misses f by ``f(x) - p(x) = (x - x_a)
+    In x = ln(step), the linear interpolant p of f between evaluations a < b lies above f by ``p(x) - f(x) = (x - x_a)
     (x_b - x) f''/2`` (up to the variation of f'' in the step); where p = LEVEL at x^, f = LEVEL at about
     ``x^ + (x^ - x_a)(x_b - x^) f'' / (2 g)``, g = the step's secant slope. f'' is read as the second divided
     differences of the evaluations around the step (the two triples that hold it, where they exist): the bracket runs
@@ -56,23 +64,47 @@ def curvature_bracket(steps: np.ndarray, f: np.ndarray, crossing: Estimate) -> t
     exists."""
     x = np.log(steps)
     i = int(np.searchsorted(steps, crossing.bracket[1]))
-    a, b = crossing.bracket
     curvature = [2.0 * ((f[k + 1] - f[k]) / (x[k + 1] - x[k]) - (f[k] - f[k - 1]) / (x[k] - x[k - 1]))
                  / (x[k + 1] - x[k - 1]) for k in (i - 1, i) if 1 <= k < len(x) - 1]
     if not curvature:
-        return a, b
+        return crossing.bracket
+    return bracket_from_curvature(x, f, i, crossing, max(curvature), min(curvature))
+
+
+def pooled_curvature_bracket(steps: np.ndarray, f: np.ndarray, crossing: Estimate) -> tuple[float, float]:
+    """:func:`curvature_bracket` with f'' read once, as twice the leading coefficient of the least-squares quadratic
+    in x = ln(step) through the evaluations of both triples around the step (the evaluations i-2 .. i+1 that exist,
+    the step being i-1 .. i): the bracket then lies on one side of x^ only. The whole step where fewer than three
+    evaluations exist."""
+    x = np.log(steps)
+    i = int(np.searchsorted(steps, crossing.bracket[1]))
+    around = [k for k in range(i - 2, i + 2) if 0 <= k < len(x)]
+    if len(around) < 3:
+        return crossing.bracket
+    curvature = 2.0 * float(np.polyfit(x[around] - math.log(crossing.value), f[around], 2)[0])
+    return bracket_from_curvature(x, f, i, crossing, curvature, curvature)
+
+
+def bracket_from_curvature(x: np.ndarray, f: np.ndarray, i: int, crossing: Estimate, largest: float,
+                           smallest: float) -> tuple[float, float]:
+    """The crossing's bracket (steps) from the readings of f'' around its step (evaluations ``i - 1``, ``i``; ``x`` =
+    ln step): later by the ``largest`` positive one, earlier by the ``smallest`` negative one, clipped to the step."""
+    a, b = crossing.bracket
     xv = math.log(crossing.value)
     reach = (xv - x[i - 1]) * (x[i] - xv) / 2.0 / ((f[i] - f[i - 1]) / (x[i] - x[i - 1]))
-    later, earlier = reach * max(max(curvature), 0.0), reach * max(-min(curvature), 0.0)
+    later, earlier = reach * max(largest, 0.0), reach * max(-smallest, 0.0)
     return max(math.exp(xv - earlier), a), min(math.exp(xv + later), b)
 
 
 def read_with_curvature(rng: np.random.Generator, steps: np.ndarray,
-                        tau_level: float) -> tuple[Estimate, tuple[float, float]] | None:
-    """The study's reading of one run (the draws of ``planted_level_crossing``) with its :func:`curvature_bracket`."""
+                        tau_level: float) -> tuple[Estimate, tuple[float, float, float, float]] | None:
+    """The study's reading of one run (the draws of ``planted_level_crossing``) with its :func:`curvature_bracket`
+    and its :func:`pooled_curvature_bracket` (their four ends, steps)."""
     observed, f_lo, f_hi = planted_f_mem(rng, steps, tau_level)
     est = measured_crossing(steps, observed, f_lo, f_hi)
-    return None if est is None else (est, curvature_bracket(steps, observed, est))
+    if est is None:
+        return None
+    return est, (*curvature_bracket(steps, observed, est), *pooled_curvature_bracket(steps, observed, est))
 
 
 def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
@@ -81,16 +113,28 @@ def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
     return np.diag(runs.cell_variance(n_cells))
 
 
+def one_signed_bias(slope_row: np.ndarray, runs: RunBrackets, n_cells: int) -> tuple[float, float]:
+    """The range (smallest, largest) of the slope's bias ``sum_i C_i e_i`` (``slope_row``: C, shape (cells,)) when
+    each run's error (its value minus the truth, log10) may be anything within its bracket, ``[value - hi, value -
+    lo]``, and a cell's error is its runs' mean."""
+    sizes = np.bincount(runs.cell_of, minlength=n_cells)
+    ends = [np.bincount(runs.cell_of, weights=np.where(runs.known, runs.value - end, 0.0), minlength=n_cells) / sizes
+            for end in (runs.hi, runs.lo)]
+    low, high = slope_row * ends[0], slope_row * ends[1]
+    return float(np.minimum(low, high).sum()), float(np.maximum(low, high).sum())
+
+
 def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[float, float]]:
     """Each candidate's interval of the exponent for one experiment (``rows``: one crossing per run, its value,
-    interval, step and :func:`curvature_bracket`)."""
-    value, lo, hi, b_lo, b_hi, c_lo, c_hi = rows.T
+    interval, step, :func:`curvature_bracket` and :func:`pooled_curvature_bracket`)."""
+    value, lo, hi, b_lo, b_hi, c_lo, c_hi, p_lo, p_hi = rows.T
     cells = make_cells(xs[:, None], np.log10(value), [str(i) for i in range(xs.size)])
     cell_of = cell_index(cells, xs[:, None])
     n = len(cells)
     step = RunBrackets.of(cell_of, value, b_lo, b_hi)
     whole = RunBrackets.of(cell_of, value, lo, hi)
     curved = RunBrackets.of(cell_of, value, c_lo, c_hi)
+    pooled = RunBrackets.of(cell_of, value, p_lo, p_hi)
     fits = {
         "adopted": law_least_squares(cells, step, 0.95),
         "whole interval": cell_least_squares(cells, 0.95, whole.cell_variance(n), independent_errors(whole, n)),
@@ -99,14 +143,19 @@ def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[floa
                                          np.zeros(n)),
         "curvature": cell_least_squares(cells, 0.95, curved.cell_variance(n), independent_errors(curved, n),
                                         np.zeros(n)),
+        "pooled curvature": cell_least_squares(cells, 0.95, pooled.cell_variance(n), independent_errors(pooled, n),
+                                               np.zeros(n)),
         "plain t": cell_least_squares(cells, 0.95),
     }
     out = {name: ls.interval(1) for name, ls in fits.items()}
     weights, _ = design_weights(design_matrix(cells))
-    width = np.where(curved.known, curved.hi - curved.lo, 0.0)
-    bias = float(np.abs(weights[1]) @ (np.bincount(cell_of, weights=width, minlength=n) / np.bincount(cell_of)))
+    low, high = one_signed_bias(weights[1], curved, n)
     a, b = out["curvature"]
-    out["curvature, bias bound"] = (a - bias, b + bias)
+    out["curvature, bias bound"] = (a - (high - low), b + (high - low))  # high - low = sum_i |C_i| w_i
+    out["curvature, one-signed bound"] = (a - high, b - low)
+    a, b = out.pop("pooled curvature")
+    low, high = one_signed_bias(weights[1], pooled, n)
+    out["pooled curvature, one-signed bound"] = (a - high, b - low)
     return out
 
 

@@ -3,11 +3,13 @@ level crossings"): its "adopted" candidate is the coverage study's own fit on th
 candidates are the rule's pieces switched off."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 
+from diffmem.analysis.cellfit import RunBrackets, bracket_variances
 from diffmem.analysis.coverage import Setting, level_experiments, run_level_setting
 from diffmem.analysis.timescales import tau_mem_level
 from scripts import load_benchmark
@@ -39,6 +41,9 @@ def test_each_crossing_s_step_lies_in_its_interval_and_the_worst_case_only_widen
         width = {name: b - a for name, (a, b) in candidates.exponent_intervals(xs, rows).items()}
         assert width["step, worst case"] >= width["step alone"] - 1e-12
         assert width["curvature, bias bound"] >= width["curvature"] - 1e-12
+        one_signed = width["curvature, one-signed bound"]
+        assert width["curvature"] - 1e-12 <= one_signed <= width["curvature, bias bound"] + 1e-12
+        assert np.all(rows[:, 3] <= rows[:, 7]) and np.all(rows[:, 8] <= rows[:, 4])
 
 
 def test_the_reader_with_curvature_sees_the_study_s_draws(candidates):
@@ -58,13 +63,15 @@ def test_the_curvature_bracket_is_the_value_where_f_is_linear_in_log_time(candid
     f = 0.02 + 0.03 * np.log(steps / 1000.0)
     crossing = _crossing(steps, f, 0.1)
     assert candidates.curvature_bracket(steps, f, crossing) == pytest.approx((crossing.value, crossing.value))
+    assert candidates.pooled_curvature_bracket(steps, f, crossing) == pytest.approx((crossing.value, crossing.value))
     assert crossing.value == pytest.approx(1000.0 * math.exp(0.08 / 0.03))
 
 
 @pytest.mark.parametrize("ratio", [1.1, 1.5])
 def test_the_curvature_bracket_holds_a_power_law_s_crossing_on_its_later_side(candidates, ratio):
     """f = 0.1 (s / tau)^2 is convex in log time: the interpolation crosses early and the truth lies after it,
-    inside the bracket, which lies inside the step; a finer grid gives a narrower bracket."""
+    inside the bracket, which lies inside the step; a finer grid gives a narrower bracket. The pooled bracket lies on
+    the same side and reaches (almost) as far."""
     steps = 1000.0 * ratio ** np.arange(40)
     for tau in (3100.0, 4700.0, 9000.0):
         f = 0.1 * (steps / tau) ** 2
@@ -73,3 +80,27 @@ def test_the_curvature_bracket_holds_a_power_law_s_crossing_on_its_later_side(ca
         assert crossing.bracket[0] <= lo == pytest.approx(crossing.value) and hi <= crossing.bracket[1]
         assert lo < tau <= hi
         assert math.log(hi / lo) < 0.1 * math.log(ratio) * (1 + 4 * (ratio > 1.2))
+        # the pooled reading is an estimate of f'' in the step, not the larger of two: it reaches at least 90 % of
+        # the way to the truth (on the 1.1x grid 95-100 %: f'' grows within the step, which first order neglects)
+        lo, hi = candidates.pooled_curvature_bracket(steps, f, crossing)
+        assert crossing.bracket[0] <= lo == pytest.approx(crossing.value) and hi <= crossing.bracket[1]
+        assert math.log(hi / lo) >= 0.9 * math.log(tau / lo)
+        assert math.log(hi / lo) < 0.1 * math.log(ratio) * (1 + 4 * (ratio > 1.2))
+
+
+def test_the_one_signed_bias_is_the_range_over_every_corner_of_the_runs_brackets(candidates):
+    """Brute force: the slope's bias is linear in the runs' errors, so its extremes over the box of their brackets
+    lie at its corners; every corner is tried."""
+    rng = np.random.default_rng(4)
+    cell_of = np.array([0, 0, 1, 2, 2, 2])
+    value = rng.uniform(3.0, 4.0, cell_of.size)
+    lo = value - rng.uniform(0.0, 0.1, cell_of.size)
+    hi = value + rng.uniform(0.0, 0.1, cell_of.size)
+    hi[3] = lo[3] = value[3]  # a run whose bracket has no width: no error
+    runs = RunBrackets(cell_of, value, lo, hi, bracket_variances(10.0 ** lo, 10.0 ** hi))
+    slope_row = np.array([-0.6, 0.1, 0.5])
+    sums = []
+    for corner in itertools.product((0, 1), repeat=cell_of.size):
+        error = np.where(np.array(corner) == 1, value - lo, value - hi)
+        sums.append(slope_row @ (np.bincount(cell_of, weights=error) / np.bincount(cell_of)))
+    assert candidates.one_signed_bias(slope_row, runs, 3) == pytest.approx((min(sums), max(sums)))
