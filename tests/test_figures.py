@@ -24,6 +24,10 @@ from diffmem.results import write_results
 from diffmem.analysis.runfiles import read_csv
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_pairs, write_synthetic_run
 
+pytestmark = pytest.mark.xdist_group("figures")
+"""One worker runs this module, so that each module-scoped fixture (an experiment analyzed on disk) is built
+once rather than once per worker (pytest-xdist, ``--dist loadgroup`` in pyproject.toml)."""
+
 ALL_FIGURES = {"window_w08", "window_w32", "collapse", "scaling", "width", "phase", "loss_gap"}
 
 

@@ -12,6 +12,10 @@ from diffmem.analysis.report import estimate_text, report_text, steps_text, writ
 from diffmem.analysis.runfiles import read_csv, read_figure_index
 from diffmem.analysis.synthetic import write_synthetic_experiment, write_synthetic_run
 
+pytestmark = pytest.mark.xdist_group("report")
+"""One worker runs this module, so that each module-scoped fixture (an experiment analyzed on disk) is built
+once rather than once per worker (pytest-xdist, ``--dist loadgroup`` in pyproject.toml)."""
+
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):

@@ -33,6 +33,10 @@ from diffmem.refine import next_bias_refinement
 from diffmem.rundir import PAIRS_FILE, RunDir
 from tiny_runs import TINY_GRID, sets, tiny_config
 
+pytestmark = pytest.mark.xdist_group("split_pairs")
+"""One worker runs this module, so that each module-scoped fixture (a tiny sweep trained on disk) is built once
+rather than once per worker (pytest-xdist, ``--dist loadgroup`` in pyproject.toml)."""
+
 D = 64  # dimensions of the planted population N(0, I_D)
 N_TRAIN = 200  # images per planted train set
 N_DRAWS = 400  # paired draws
