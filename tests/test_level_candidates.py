@@ -104,3 +104,27 @@ def test_the_one_signed_bias_is_the_range_over_every_corner_of_the_runs_brackets
         error = np.where(np.array(corner) == 1, value - lo, value - hi)
         sums.append(slope_row @ (np.bincount(cell_of, weights=error) / np.bincount(cell_of)))
     assert candidates.one_signed_bias(slope_row, runs, 3) == pytest.approx((min(sums), max(sums)))
+
+
+def test_the_exact_error_diagnosis_reads_the_study_s_draws_and_shifts_by_the_planted_curve_s_own_error(candidates):
+    """``--exact-error``: the same experiments as the study; the pooled slot's bracket runs from the crossing to the
+    crossing times tau / (the crossing read from the noise-free planted curve on the same steps)."""
+    from diffmem.analysis.coverage import measured_crossing, planted_f_mem_curve
+
+    seen = []
+
+    def reader(rng, steps, tau):
+        out = candidates.read_with_exact_error(rng, steps, tau)
+        if out is not None:
+            exact = planted_f_mem_curve(steps, tau)
+            seen.append((out, tau / measured_crossing(steps, exact, exact, exact).value))
+        return out
+
+    s = Setting(1.0, 3, 1, 0.15, "paper")
+    plain = [e for _, rows, _ in level_experiments(s, 5, seed=2) for e in rows]
+    read = [e for _, rows, _ in level_experiments(s, 5, 2, reader) for e, _ in rows]
+    assert [e.to_dict() for e in plain] == [e.to_dict() for e in read]
+    for (est, ends), shift in seen[-len(read):]:
+        lo, hi = ends[2:]
+        assert lo <= hi and est.value in (pytest.approx(lo), pytest.approx(hi))
+        assert hi / lo == pytest.approx(max(shift, 1 / shift))

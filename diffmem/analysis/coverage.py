@@ -512,12 +512,16 @@ LEVEL_RISE = 2.0
 evaluation as Binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES with its binomial interval."""
 
 
+def planted_f_mem_curve(steps: np.ndarray, tau_level: float) -> np.ndarray:
+    """The planted f_mem itself at ``steps``, before sampling: ``LEVEL (s / tau_level)^LEVEL_RISE``, capped at 1."""
+    return np.minimum(LEVEL * (steps / tau_level) ** LEVEL_RISE, 1.0)
+
+
 def planted_f_mem(rng: np.random.Generator, steps: np.ndarray,
                   tau_level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A planted f_mem curve crossing LEVEL at ``tau_level`` as an evaluation reads it at ``steps``: (f_mem, its 95 %
     interval's lower and upper ends), each a fraction per step, shape (steps,)."""
-    f = np.minimum(LEVEL * (steps / tau_level) ** LEVEL_RISE, 1.0)
-    observed = rng.binomial(LEVEL_SAMPLES, f) / LEVEL_SAMPLES
+    observed = rng.binomial(LEVEL_SAMPLES, planted_f_mem_curve(steps, tau_level)) / LEVEL_SAMPLES
     f_lo, f_hi = binomial_interval(observed, LEVEL_SAMPLES)
     return observed, f_lo, f_hi
 
