@@ -25,6 +25,10 @@ A crossing is interpolated between two evaluations; its interval also spans f_me
   evaluations of both triples (:func:`pooled_curvature_bracket`) instead of the larger of the two triples' readings:
   on a fine grid each triple's second difference is mostly f_mem's binomial noise, and the larger of two noisy
   readings is biased up;
+- ``pooled where it holds, one-signed bound``: as the last, but where the two triples' readings of f'' differ by
+  more than their sampling noise allows (:func:`pooled_where_it_holds`: by more than 1.96 standard errors of the
+  difference, from f_mem's binomial intervals), the curvature changes within the evaluations read and a first-order
+  reading does not hold: the bracket is then the whole step, on either side;
 - ``plain t``: the t interval on the residual scatter alone.
 
 Run from the repository root:
@@ -43,13 +47,14 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from diffmem.analysis.cellfit import (RunBrackets, cell_index, cell_least_squares, design_matrix, design_weights,
-                                      law_least_squares, make_cells)
+                                      law_least_squares, make_cells, z_quantile)
 from diffmem.analysis.coverage import (Setting, level_experiments, level_settings, markdown_table, measured_crossing,
                                        planted_f_mem, planted_f_mem_curve)
 from diffmem.analysis.timescales import Estimate
 
 CANDIDATES = ("adopted", "whole interval", "step, worst case", "step alone", "curvature", "curvature, bias bound",
-              "curvature, one-signed bound", "pooled curvature, one-signed bound", "plain t")
+              "curvature, one-signed bound", "pooled curvature, one-signed bound",
+              "pooled where it holds, one-signed bound", "plain t")
 
 
 def curvature_bracket(steps: np.ndarray, f: np.ndarray, crossing: Estimate) -> tuple[float, float]:
@@ -85,6 +90,35 @@ def pooled_curvature_bracket(steps: np.ndarray, f: np.ndarray, crossing: Estimat
     return bracket_from_curvature(x, f, i, crossing, curvature, curvature)
 
 
+def pooled_where_it_holds(steps: np.ndarray, f: np.ndarray, f_lo: np.ndarray, f_hi: np.ndarray,
+                          crossing: Estimate) -> tuple[float, float]:
+    """:func:`pooled_curvature_bracket` where the two triples around the step read one curvature within their noise,
+    else the whole step (``crossing.bracket``): each triple's second divided difference is a linear combination of
+    its three f values, whose standard deviations are read from their 95 % intervals (``(f_hi - f_lo) / (2 z)``); the
+    readings disagree when their difference exceeds ``z`` times its standard error (z = 1.96). The whole step too
+    where fewer than two triples exist."""
+    x = np.log(steps)
+    i = int(np.searchsorted(steps, crossing.bracket[1]))
+    triples = [k for k in (i - 1, i) if 1 <= k < len(x) - 1]
+    if len(triples) < 2:
+        return crossing.bracket
+    z = z_quantile(0.95)
+    sd = (f_hi - f_lo) / (2.0 * z)
+    readings = []
+    for k in triples:
+        h1, h2 = x[k] - x[k - 1], x[k + 1] - x[k]
+        w = 2.0 / (h1 + h2) * np.array([1.0 / h1, -1.0 / h1 - 1.0 / h2, 1.0 / h2])
+        readings.append((float(w @ f[k - 1:k + 2]), w, k))
+    (c1, w1, k1), (c2, w2, k2) = readings
+    # the difference's weights on evaluations k1 - 1 .. k2 + 1 (the triples share two of them)
+    weights = np.zeros(len(x))
+    weights[k1 - 1:k1 + 2] += w1
+    weights[k2 - 1:k2 + 2] -= w2
+    if abs(c1 - c2) > z * math.sqrt(float((weights ** 2) @ (sd ** 2))):
+        return crossing.bracket
+    return pooled_curvature_bracket(steps, f, crossing)
+
+
 def bracket_from_curvature(x: np.ndarray, f: np.ndarray, i: int, crossing: Estimate, largest: float,
                            smallest: float) -> tuple[float, float]:
     """The crossing's bracket (steps) from the readings of f'' around its step (evaluations ``i - 1``, ``i``; ``x`` =
@@ -97,18 +131,19 @@ def bracket_from_curvature(x: np.ndarray, f: np.ndarray, i: int, crossing: Estim
 
 
 def read_with_curvature(rng: np.random.Generator, steps: np.ndarray,
-                        tau_level: float) -> tuple[Estimate, tuple[float, float, float, float]] | None:
-    """The study's reading of one run (the draws of ``planted_level_crossing``) with its :func:`curvature_bracket`
-    and its :func:`pooled_curvature_bracket` (their four ends, steps)."""
+                        tau_level: float) -> tuple[Estimate, tuple[float, ...]] | None:
+    """The study's reading of one run (the draws of ``planted_level_crossing``) with its :func:`curvature_bracket`,
+    :func:`pooled_curvature_bracket` and :func:`pooled_where_it_holds` (their six ends, steps)."""
     observed, f_lo, f_hi = planted_f_mem(rng, steps, tau_level)
     est = measured_crossing(steps, observed, f_lo, f_hi)
     if est is None:
         return None
-    return est, (*curvature_bracket(steps, observed, est), *pooled_curvature_bracket(steps, observed, est))
+    return est, (*curvature_bracket(steps, observed, est), *pooled_curvature_bracket(steps, observed, est),
+                 *pooled_where_it_holds(steps, observed, f_lo, f_hi, est))
 
 
 def read_with_exact_error(rng: np.random.Generator, steps: np.ndarray,
-                          tau_level: float) -> tuple[Estimate, tuple[float, float, float, float]] | None:
+                          tau_level: float) -> tuple[Estimate, tuple[float, ...]] | None:
     """:func:`read_with_curvature` with the pooled candidate's bracket replaced by the one a perfect reading of the
     curve would give (``--exact-error``, a diagnosis, not a candidate): from the crossing to the crossing shifted by
     the interpolation's error on the planted curve itself (``tau_level`` / the crossing read from the noise-free
@@ -121,7 +156,8 @@ def read_with_exact_error(rng: np.random.Generator, steps: np.ndarray,
     noise_free = measured_crossing(steps, exact, exact, exact)
     shift = 1.0 if noise_free is None else tau_level / noise_free.value
     lo, hi = sorted((est.value, est.value * shift))
-    return est, (*curvature_bracket(steps, observed, est), lo, hi)
+    return est, (*curvature_bracket(steps, observed, est), lo, hi, *pooled_where_it_holds(steps, observed, f_lo,
+                                                                                           f_hi, est))
 
 
 def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
@@ -143,8 +179,8 @@ def one_signed_bias(slope_row: np.ndarray, runs: RunBrackets, n_cells: int) -> t
 
 def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[float, float]]:
     """Each candidate's interval of the exponent for one experiment (``rows``: one crossing per run, its value,
-    interval, step, :func:`curvature_bracket` and :func:`pooled_curvature_bracket`)."""
-    value, lo, hi, b_lo, b_hi, c_lo, c_hi, p_lo, p_hi = rows.T
+    interval, step, :func:`curvature_bracket`, :func:`pooled_curvature_bracket` and :func:`pooled_where_it_holds`)."""
+    value, lo, hi, b_lo, b_hi, c_lo, c_hi, p_lo, p_hi, h_lo, h_hi = rows.T
     cells = make_cells(xs[:, None], np.log10(value), [str(i) for i in range(xs.size)])
     cell_of = cell_index(cells, xs[:, None])
     n = len(cells)
@@ -152,6 +188,7 @@ def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[floa
     whole = RunBrackets.of(cell_of, value, lo, hi)
     curved = RunBrackets.of(cell_of, value, c_lo, c_hi)
     pooled = RunBrackets.of(cell_of, value, p_lo, p_hi)
+    holds = RunBrackets.of(cell_of, value, h_lo, h_hi)
     fits = {
         "adopted": law_least_squares(cells, step, 0.95),
         "whole interval": cell_least_squares(cells, 0.95, whole.cell_variance(n), independent_errors(whole, n)),
@@ -162,6 +199,8 @@ def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[floa
                                         np.zeros(n)),
         "pooled curvature": cell_least_squares(cells, 0.95, pooled.cell_variance(n), independent_errors(pooled, n),
                                                np.zeros(n)),
+        "pooled where it holds": cell_least_squares(cells, 0.95, holds.cell_variance(n), independent_errors(holds, n),
+                                                    np.zeros(n)),
         "plain t": cell_least_squares(cells, 0.95),
     }
     out = {name: ls.interval(1) for name, ls in fits.items()}
@@ -173,6 +212,9 @@ def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[floa
     a, b = out.pop("pooled curvature")
     low, high = one_signed_bias(weights[1], pooled, n)
     out["pooled curvature, one-signed bound"] = (a - high, b - low)
+    a, b = out.pop("pooled where it holds")
+    low, high = one_signed_bias(weights[1], holds, n)
+    out["pooled where it holds, one-signed bound"] = (a - high, b - low)
     return out
 
 

@@ -44,6 +44,7 @@ def test_each_crossing_s_step_lies_in_its_interval_and_the_worst_case_only_widen
         one_signed = width["curvature, one-signed bound"]
         assert width["curvature"] - 1e-12 <= one_signed <= width["curvature, bias bound"] + 1e-12
         assert np.all(rows[:, 3] <= rows[:, 7]) and np.all(rows[:, 8] <= rows[:, 4])
+        assert np.all(rows[:, 3] <= rows[:, 9]) and np.all(rows[:, 10] <= rows[:, 4])
 
 
 def test_the_reader_with_curvature_sees_the_study_s_draws(candidates):
@@ -125,6 +126,27 @@ def test_the_exact_error_diagnosis_reads_the_study_s_draws_and_shifts_by_the_pla
     read = [e for _, rows, _ in level_experiments(s, 5, 2, reader) for e, _ in rows]
     assert [e.to_dict() for e in plain] == [e.to_dict() for e in read]
     for (est, ends), shift in seen[-len(read):]:
-        lo, hi = ends[2:]
+        lo, hi = ends[2:4]
         assert lo <= hi and est.value in (pytest.approx(lo), pytest.approx(hi))
         assert hi / lo == pytest.approx(max(shift, 1 / shift))
+
+
+def test_the_pooled_reading_holds_where_the_triples_agree_within_their_noise_and_gives_the_step_elsewhere(candidates):
+    """A curve linear in log time: both triples read no curvature, the bracket is the crossing itself. A power law
+    known almost exactly on 3x steps: its curvature grows ninefold from one triple to the next, so the first-order
+    reading does not hold and the bracket is the whole step. The same law on a 1.1x grid with intervals of +-0.01:
+    the triples' difference is within their noise, and the bracket is the pooled one."""
+    steps = 1000.0 * 1.5 ** np.arange(12)
+    f = 0.02 + 0.03 * np.log(steps / 1000.0)
+    crossing = _crossing(steps, f, 0.1)
+    assert candidates.pooled_where_it_holds(steps, f, f - 1e-3, f + 1e-3, crossing) == pytest.approx(
+        (crossing.value, crossing.value))
+    for ratio, half, expect_step in ((3.0, 1e-6, True), (1.1, 1e-2, False)):
+        steps = 1000.0 * ratio ** np.arange(40 if ratio < 2 else 8)
+        f = 0.1 * (steps / 4700.0) ** 2
+        crossing = _crossing(steps, f, 0.1)
+        got = candidates.pooled_where_it_holds(steps, f, f - half, f + half, crossing)
+        if expect_step:
+            assert got == crossing.bracket
+        else:
+            assert got == candidates.pooled_curvature_bracket(steps, f, crossing) != crossing.bracket
