@@ -148,16 +148,14 @@ def read_with_exact_error(rng: np.random.Generator, steps: np.ndarray,
     curve would give (``--exact-error``, a diagnosis, not a candidate): from the crossing to the crossing shifted by
     the interpolation's error on the planted curve itself (``tau_level`` / the crossing read from the noise-free
     curve on the same steps)."""
-    observed, f_lo, f_hi = planted_f_mem(rng, steps, tau_level)
-    est = measured_crossing(steps, observed, f_lo, f_hi)
-    if est is None:
+    read = read_with_curvature(rng, steps, tau_level)
+    if read is None:
         return None
+    est, ends = read
     exact = planted_f_mem_curve(steps, tau_level)
     noise_free = measured_crossing(steps, exact, exact, exact)
     shift = 1.0 if noise_free is None else tau_level / noise_free.value
-    lo, hi = sorted((est.value, est.value * shift))
-    return est, (*curvature_bracket(steps, observed, est), lo, hi, *pooled_where_it_holds(steps, observed, f_lo,
-                                                                                           f_hi, est))
+    return est, (*ends[:2], *sorted((est.value, est.value * shift)), *ends[4:])
 
 
 def independent_errors(runs: RunBrackets, n_cells: int) -> np.ndarray:
@@ -189,32 +187,29 @@ def exponent_intervals(xs: np.ndarray, rows: np.ndarray) -> dict[str, tuple[floa
     curved = RunBrackets.of(cell_of, value, c_lo, c_hi)
     pooled = RunBrackets.of(cell_of, value, p_lo, p_hi)
     holds = RunBrackets.of(cell_of, value, h_lo, h_hi)
-    fits = {
+
+    def independent(runs: RunBrackets, worst_case: bool = True):
+        """The fit with every run's error independent; without the worst case where ``worst_case`` is False."""
+        return cell_least_squares(cells, 0.95, runs.cell_variance(n), independent_errors(runs, n),
+                                  None if worst_case else np.zeros(n))
+
+    out = {name: ls.interval(1) for name, ls in {
         "adopted": law_least_squares(cells, step, 0.95),
-        "whole interval": cell_least_squares(cells, 0.95, whole.cell_variance(n), independent_errors(whole, n)),
-        "step, worst case": cell_least_squares(cells, 0.95, step.cell_variance(n), independent_errors(step, n)),
-        "step alone": cell_least_squares(cells, 0.95, step.cell_variance(n), independent_errors(step, n),
-                                         np.zeros(n)),
-        "curvature": cell_least_squares(cells, 0.95, curved.cell_variance(n), independent_errors(curved, n),
-                                        np.zeros(n)),
-        "pooled curvature": cell_least_squares(cells, 0.95, pooled.cell_variance(n), independent_errors(pooled, n),
-                                               np.zeros(n)),
-        "pooled where it holds": cell_least_squares(cells, 0.95, holds.cell_variance(n), independent_errors(holds, n),
-                                                    np.zeros(n)),
+        "whole interval": independent(whole),
+        "step, worst case": independent(step),
+        "step alone": independent(step, worst_case=False),
+        "curvature": independent(curved, worst_case=False),
         "plain t": cell_least_squares(cells, 0.95),
-    }
-    out = {name: ls.interval(1) for name, ls in fits.items()}
-    weights, _ = design_weights(design_matrix(cells))
-    low, high = one_signed_bias(weights[1], curved, n)
+    }.items()}
+    slope_row = design_weights(design_matrix(cells))[0][1]
+    low, high = one_signed_bias(slope_row, curved, n)
     a, b = out["curvature"]
     out["curvature, bias bound"] = (a - (high - low), b + (high - low))  # high - low = sum_i |C_i| w_i
     out["curvature, one-signed bound"] = (a - high, b - low)
-    a, b = out.pop("pooled curvature")
-    low, high = one_signed_bias(weights[1], pooled, n)
-    out["pooled curvature, one-signed bound"] = (a - high, b - low)
-    a, b = out.pop("pooled where it holds")
-    low, high = one_signed_bias(weights[1], holds, n)
-    out["pooled where it holds, one-signed bound"] = (a - high, b - low)
+    for name, runs in (("pooled curvature", pooled), ("pooled where it holds", holds)):
+        a, b = independent(runs, worst_case=False).interval(1)
+        low, high = one_signed_bias(slope_row, runs, n)
+        out[f"{name}, one-signed bound"] = (a - high, b - low)
     return out
 
 

@@ -820,7 +820,7 @@ def format_around(rows: Sequence[AroundRow]) -> str:
 __all__ = ["Setting", "SettingResult", "JointSetting", "JointResult", "simulate_experiment", "fit_interval",
            "previous_t_interval", "simulate_planted_experiment", "fine_against_scatter", "run_setting",
            "joint_experiments", "run_joint_setting", "level_experiments", "planted_f_mem",
-           "measured_crossing",
+           "planted_f_mem_curve", "measured_crossing",
            "run_level_setting",
            "settings", "joint_settings", "level_settings", "format_table", "format_joint_table", "format_level_table",
            "coverage_summary", "run_all", "target_checks", "law_target_checks", "joint_target_checks",
