@@ -13,10 +13,10 @@ from diffmem.analysis.coverage import (JointSetting, Setting, fit_interval, prev
                                        run_level_setting, run_setting, simulate_experiment)
 from diffmem.analysis.cellfit import RunBrackets, collinear_factor
 from diffmem.analysis.goodness import slopes_through_intervals
-from diffmem.analysis.powerlaw import (COLLINEAR_NOTE, FIT_METHOD, FIT_NAMES, AnalysisError, FitSet, PowerLawFit,
-                                       fit_joint_law, fit_power_law, load_fits)
+from diffmem.analysis.powerlaw import (BRACKETS_SET_NOTE, COLLINEAR_NOTE, FIT_METHOD, FIT_NAMES, AnalysisError, FitSet,
+                                       PowerLawFit, fit_joint_law, fit_power_law, load_fits)
 from diffmem.analysis.advise import advise
-from diffmem.analysis.report import fits_made
+from diffmem.analysis.report import NARROWING, fits_made
 from diffmem.eval_grid import evaluation_steps
 
 # the committed reference experiment's tau_mem (results/cpu_digits/summary.csv, diffmem 0.3): (run, N, tau, lo, hi)
@@ -272,7 +272,8 @@ def test_bracket_midpoints_on_a_line_do_not_give_a_zero_width_interval():
     assert other.floor is not None and other.ci_note is None and other.factor == 1.0
     rows, _, flagged = fits_made({}, {"tau_mem_vs_n": FitSet(fit)})
     assert "see its interval note below" in rows[0][3]
-    assert flagged == [f"interval: `tau_mem_vs_n` (all runs): {note}"]
+    assert flagged[0] == f"interval: `tau_mem_vs_n` (all runs): {note}"
+    assert flagged[1:] == [f"interval: `tau_mem_vs_n` (all runs): {fit.resolution_note()} ({NARROWING})"]
     advice = advise(32, 8, {name: FitSet(fit) for name in FIT_NAMES})  # advice from such a law says it too
     assert f"tau vs n: {note}" in advice.warnings
 
@@ -480,3 +481,55 @@ def test_a_crossing_s_bracket_sets_its_variance_and_survives_fits_json():
     back = PowerLawFit.from_dict(json.loads(json.dumps(d)))
     assert back.brackets == narrow.brackets and back.points == narrow.points
     assert "bracket_lo" not in wide.to_dict()["points"][0]
+
+
+# --- when the brackets set the interval ------------------------------------------------------------------------------
+
+def test_an_interval_the_brackets_set_says_so_and_names_its_widest_bracket():
+    """Taus on the law itself (no scatter) with brackets of different widths: the scatter beyond the brackets is 0,
+    the brackets' worst case is the floor, and the fit says the brackets set its interval, naming the widest one (a
+    crossing's own bracket where it has one, not its wider interval); with scatter well beyond the brackets, or
+    with no interval, it says nothing."""
+    x = np.array([16.0, 32, 64, 128])
+    tau = 100 * x * np.array([1.0, 1.02, 0.99, 1.01])
+    ratio = np.array([1.2, 2.0, 1.5, 1.3])
+    points = [(f"r{i}", a, b, b / r ** 0.5, b * r ** 0.5) for i, (a, b, r) in enumerate(zip(x, tau, ratio))]
+    fit = fit_power_law("tau_mem", "n", points)
+    assert fit.beyond_brackets == 0 and fit.floor is not None and fit.set_by_brackets
+    widest = max(points, key=lambda p: p[4] / p[3])  # brute force: r1, 2.0x
+    note = BRACKETS_SET_NOTE.format(run=widest[0], ratio=widest[4] / widest[3])
+    assert fit.resolution_note() == note and "widest bracket 2.00x, r1" in note
+    assert fit.describe().endswith("; interval set by the brackets (widest 2.00x)")
+    back = PowerLawFit.from_dict(json.loads(json.dumps(fit.to_dict())))
+    assert back.set_by_brackets and back.resolution_note() == note
+    _, _, flagged = fits_made({}, {"tau_mem_vs_n": FitSet(fit)})
+    assert flagged == [f"interval: `tau_mem_vs_n` (all runs): {note} ({NARROWING})"]
+    # a crossing's bracket (the two evaluations it lies between) is the one named, not its interval
+    steps = {f"r{i}": (b / 1.05, b * 1.05) for i, b in enumerate(tau)} | {"r3": (tau[3] / 1.2, tau[3] * 1.1)}
+    crossing = fit_power_law("tau_mem_at_0.1", "n", points, brackets=steps)
+    assert crossing.set_by_brackets and "widest bracket 1.32x, r3" in crossing.resolution_note()
+    # scatter beyond the brackets, or no interval at all: nothing to say
+    scattered = fit_power_law("tau_mem", "n", [(r, a, b * f, lo * f, hi * f) for (r, a, b, lo, hi), f
+                                               in zip(points, (1.0, 2.5, 0.5, 1.8))])
+    assert scattered.beyond_brackets > 0 and not scattered.set_by_brackets and scattered.resolution_note() is None
+    assert "set by the brackets" not in scattered.describe()
+    assert not [line for line in fits_made({}, {"tau_mem_vs_n": FitSet(scattered)})[2] if line.startswith("interval")]
+    two = fit_power_law("tau_mem", "n", points[:2])
+    assert two.exponent_lo is None and not two.set_by_brackets
+
+
+def test_the_joint_law_says_when_the_brackets_set_its_interval_and_the_report_reads_it_from_fits_json():
+    grid = [(n, 8) for n in (32, 64, 128, 256)] + [(64, 16), (64, 32)]
+    on_law = [(f"n{n}w{w}", (float(n), float(w)), 3e3 * n / w, 3e3 * n / w / 1.4, 3e3 * n / w * 1.4) for n, w in grid]
+    fit = fit_joint_law("tau_mem", ("n", "width"), on_law)
+    assert fit.beyond_brackets == 0 and fit.floored and fit.set_by_brackets
+    assert "widest bracket 1.96x, n32w8" in fit.resolution_note()
+    assert fit.describe().endswith("; interval set by the brackets (widest 1.96x)")
+    _, _, flagged = fits_made({"tau_mem_vs_n_and_width": fit.to_dict()}, {})
+    assert flagged == [f"interval: `tau_mem_vs_n_and_width` (all runs): {fit.resolution_note()} ({NARROWING})"]
+    rng = np.random.default_rng(2)
+    noisy = [(r, x, y * f, lo * f, hi * f) for (r, x, y, lo, hi), f in zip(on_law, rng.lognormal(0, 0.6, 6))]
+    other = fit_joint_law("tau_mem", ("n", "width"), noisy)
+    assert other.beyond_brackets > 0 and not other.set_by_brackets and other.resolution_note() is None
+    assert not [line for line in fits_made({"tau_mem_vs_n_and_width": other.to_dict()}, {})[2]
+                if line.startswith("interval")]

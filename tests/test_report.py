@@ -96,7 +96,7 @@ def test_every_figure_drawn_is_linked_and_every_link_resolves(experiment):
 
 @pytest.mark.e2e
 def test_what_could_not_be_resolved_is_listed(experiment):
-    _, summary, text = experiment
+    root, summary, text = experiment
     unresolved = text.split("## What the analysis could not resolve")[1]
     assert "censored: `n02048_w08_s0` tau_mem > " in unresolved and "a lower bound" in unresolved
     assert "not fitted: `tau_gen_vs_width` (all runs): fewer than 2 distinct width values" in unresolved
@@ -104,6 +104,18 @@ def test_what_could_not_be_resolved_is_listed(experiment):
     assert "width" in skipped and "gallery_n00128_w08" in skipped
     for name, reason in skipped.items():
         assert f"- figure skipped: {name}: {reason}" in unresolved
+    # every law whose interval its brackets set (read back from fits.json) is listed with its widest bracket, and
+    # only those; analyze's own lines end the same way
+    fits = load_fits(root)
+    laws = [(name, group, fit) for name, fs in fits.items() for group, fit in fs.laws() if fit.fitted]
+    by_brackets = [(name, group, fit) for name, group, fit in laws if fit.set_by_brackets]
+    assert by_brackets  # planted taus without scatter: every fitted law here
+    for name, group, fit in by_brackets:
+        assert f"- interval: `{name}` ({group}): {fit.resolution_note()} (how: " in unresolved
+        assert "widest bracket" in fit.resolution_note()
+        assert f"{name} ({group}): {fit.describe()}" in summary.format()
+        assert fit.describe().endswith("x)") and "interval set by the brackets (widest" in fit.describe()
+    assert unresolved.count("interval set by the brackets") == len(by_brackets)  # one width: no joint law fitted
 
 
 @pytest.mark.e2e

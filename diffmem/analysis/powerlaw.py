@@ -99,6 +99,43 @@ COLLINEAR_NOTE = ("the cell means lie exactly on one line (no residual, as brack
                   "scatter")
 """The fit's ``ci_note`` in that case, formatted with the factor (``factor`` in fits.json)."""
 
+BRACKETS_SET_NOTE = ("interval set by the brackets: the cells scatter no more than their brackets explain, so its "
+                     "width is the evaluations' resolution (widest bracket {ratio:.2f}x, {run}), not the runs' "
+                     "scatter; evaluations closer together inside the brackets narrow it")
+"""A fit's :meth:`~PowerLawFit.resolution_note`, formatted with its widest bracket (docs/analysis.md, "When the
+brackets set the interval")."""
+
+
+def widest_bracket(points: Sequence[tuple], brackets: Sequence[tuple[str, float, float]]
+                   ) -> tuple[str, float] | None:
+    """(run, hi / lo) of the widest bracket among the fitted ``points`` (run, x, y, y_lo, y_hi): a run's own bracket
+    where ``brackets`` gives one (an interpolated crossing: the two evaluations it lies between), else its interval;
+    None when no run has a finite bracket."""
+    own = {run: (lo, hi) for run, lo, hi in brackets}
+    widest = None
+    for run, _x, _y, lo, hi in points:
+        lo, hi = own.get(run, (lo, hi))
+        if lo is not None and hi is not None and 0 < lo <= hi and math.isfinite(hi):
+            if widest is None or hi / lo > widest[1]:
+                widest = (run, hi / lo)
+    return widest
+
+
+def resolution_note(set_by_brackets: bool, points: Sequence[tuple], brackets: Sequence[tuple[str, float, float]]
+                    ) -> str | None:
+    """:data:`BRACKETS_SET_NOTE` for a fit whose interval the brackets set (the scatter beyond them estimated as 0,
+    so the worst case of their rounding errors sets the floor), else None."""
+    widest = widest_bracket(points, brackets) if set_by_brackets else None
+    return None if widest is None else BRACKETS_SET_NOTE.format(run=widest[0], ratio=widest[1])
+
+
+def brackets_suffix(points: Sequence[tuple], brackets: Sequence[tuple[str, float, float]], set_by_brackets: bool
+                    ) -> str:
+    """The end of a fit's one-line description when the brackets set its interval: ``; interval set by the
+    brackets (widest 1.47x)``; else empty."""
+    widest = widest_bracket(points, brackets) if set_by_brackets else None
+    return "" if widest is None else f"; interval set by the brackets (widest {widest[1]:.2f}x)"
+
 
 class AnalysisError(ValueError):
     """Bad input to the across-run analysis; the message says what to do."""
@@ -159,6 +196,16 @@ class PowerLawFit:
     @property
     def n_runs(self) -> int:
         return len(self.points)
+
+    @property
+    def set_by_brackets(self) -> bool:
+        """The interval is the brackets' own: the scatter beyond them is estimated as 0 and their worst case is the
+        floor (``bracket_floor`` in fits.json)."""
+        return self.exponent_lo is not None and self.floor is not None
+
+    def resolution_note(self) -> str | None:
+        """What sets the interval when the brackets do (:data:`BRACKETS_SET_NOTE`), else None."""
+        return resolution_note(self.set_by_brackets, self.points, self.brackets)
 
     @property
     def x_range(self) -> tuple[float, float] | None:
@@ -245,7 +292,8 @@ class PowerLawFit:
         text = (f"{self.quantity} ~ {self.prefactor:.3g} * {self.x_name}^{self.exponent:.3f} {ci} "
                 f"({self.n_runs} runs in {len(self.cells)} cells, t {self.df} df"
                 + (f", {len(self.censored)} censored left out" if self.censored else "") + ")")
-        return text + (f"; {self.gof.summary()}" if self.gof else "")
+        return text + (f"; {self.gof.summary()}" if self.gof else "") + brackets_suffix(self.points, self.brackets,
+                                                                                       self.set_by_brackets)
 
 
 def used_brackets(kept: Sequence[tuple], brackets: Mapping[str, tuple[float, float]] | None
@@ -365,6 +413,15 @@ class JointLawFit:
     def fitted(self) -> bool:
         return self.exponents is not None
 
+    @property
+    def set_by_brackets(self) -> bool:
+        """As :attr:`PowerLawFit.set_by_brackets` (``interval_floored_by_brackets`` in fits.json)."""
+        return self.fitted and self.exponents_lo[0] is not None and self.floored
+
+    def resolution_note(self) -> str | None:
+        """As :meth:`PowerLawFit.resolution_note`."""
+        return resolution_note(self.set_by_brackets, self.points, self.brackets)
+
     def describe(self) -> str:
         if not self.fitted:
             return f"{self.quantity} vs {' and '.join(self.x_names)}: not fitted ({self.reason})"
@@ -374,7 +431,8 @@ class JointLawFit:
             terms.append(f"{name}^{k:.3f} {ci}")
         return (f"{self.quantity} ~ {self.prefactor:.3g} * " + " * ".join(terms)
                 + f" ({len(self.points)} runs in {len(self.cells)} cells, t {self.df} df)"
-                + (f"; {self.gof.summary()}" if self.gof else ""))
+                + (f"; {self.gof.summary()}" if self.gof else "")
+                + brackets_suffix(self.points, self.brackets, self.set_by_brackets))
 
     def to_dict(self) -> dict[str, Any]:
         return {
