@@ -504,6 +504,8 @@ def test_an_interval_the_brackets_set_says_so_and_names_its_widest_bracket():
     assert back.set_by_brackets and back.resolution_note() == note
     _, _, flagged = fits_made({}, {"tau_mem_vs_n": FitSet(fit)})
     assert flagged == [f"interval: `tau_mem_vs_n` (all runs): {note} ({NARROWING})"]
+    advice = advise(64, 8, {name: FitSet(fit) for name in FIT_NAMES})  # advice from such a law says it too
+    assert f"tau_mem vs n: {note}" in advice.warnings
     # a crossing's bracket (the two evaluations it lies between) is the one named, not its interval
     steps = {f"r{i}": (b / 1.05, b * 1.05) for i, b in enumerate(tau)} | {"r3": (tau[3] / 1.2, tau[3] * 1.1)}
     crossing = fit_power_law("tau_mem_at_0.1", "n", points, brackets=steps)
