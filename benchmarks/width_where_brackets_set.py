@@ -10,7 +10,8 @@ Run from the repository root:
     python benchmarks/width_where_brackets_set.py [--n-sim 2000]
 
 One line per setting: the share of draws set by the brackets, the median width against the plain t's over all draws
-(the coverage study's ratio), over those draws and over the others.
+(the coverage study's ratio), over those draws and over the others, and in each part the coverage of the planted
+exponent by the fit's interval and by the plain t's.
 """
 from __future__ import annotations
 
@@ -34,12 +35,15 @@ JOINT_ROWS = ((JointSetting((1.0, -1.0), "cross", 1, 0.15, "paper"), 1),
 
 
 class Draw(NamedTuple):
-    """One simulated experiment's fit: whether the brackets set its interval, its width and the plain t's (a named
-    tuple: this script is loaded by file in the tests, where a dataclass cannot find its module)."""
+    """One simulated experiment's fit: whether the brackets set its interval, its width and the plain t's, and
+    whether each holds the planted exponent (a named tuple: this script is loaded by file in the tests, where a
+    dataclass cannot find its module)."""
 
     set_by_brackets: bool
     width: float
     plain_width: float
+    covered: bool = True
+    plain_covered: bool = True
 
 
 def level_draws(s: Setting, n_sim: int, seed: int = 0) -> list[Draw]:
@@ -52,7 +56,8 @@ def level_draws(s: Setting, n_sim: int, seed: int = 0) -> list[Draw]:
                                                      for r, x, e in zip(names, xs, crossings)],
                             brackets={r: e.bracket for r, e in zip(names, crossings)})
         _, a, b = previous_t_interval(xs, np.array([e.value for e in crossings]))
-        draws.append(Draw(fit.set_by_brackets, fit.exponent_hi - fit.exponent_lo, b - a))
+        draws.append(Draw(fit.set_by_brackets, fit.exponent_hi - fit.exponent_lo, b - a,
+                          fit.exponent_lo <= s.exponent <= fit.exponent_hi, a <= s.exponent <= b))
     return draws
 
 
@@ -67,7 +72,9 @@ def joint_draws(s: JointSetting, j: int, n_sim: int, seed: int = 0) -> list[Draw
         fit = fit_joint_law("tau_mem", ("n", "width"), points)
         plain = cell_least_squares(make_cells(xs, np.log10(value), [p[0] for p in points]), 0.95)
         p_lo, p_hi = plain.interval(j + 1)
-        draws.append(Draw(fit.set_by_brackets, fit.exponents_hi[j] - fit.exponents_lo[j], p_hi - p_lo))
+        draws.append(Draw(fit.set_by_brackets, fit.exponents_hi[j] - fit.exponents_lo[j], p_hi - p_lo,
+                          fit.exponents_lo[j] <= s.exponents[j] <= fit.exponents_hi[j],
+                          p_lo <= s.exponents[j] <= p_hi))
     return draws
 
 
@@ -82,9 +89,17 @@ def line(label: str, draws: list[Draw]) -> str:
     by_brackets = [d for d in draws if d.set_by_brackets]
     others = [d for d in draws if not d.set_by_brackets]
     text = lambda r: "-" if r is None else f"{r:.2f}x"
+
+    def covered(part: list[Draw]) -> str:
+        if not part:
+            return "-"
+        return (f"{100 * np.mean([d.covered for d in part]):.1f} % / "
+                f"{100 * np.mean([d.plain_covered for d in part]):.1f} %")
+
     return (f"{label}: set by the brackets in {100 * len(by_brackets) / len(draws):.1f} % of {len(draws)} draws; "
             f"median width against the plain t's {text(ratio(draws))} (set by the brackets {text(ratio(by_brackets))}, "
-            f"otherwise {text(ratio(others))})")
+            f"otherwise {text(ratio(others))}); coverage, the fit's / the plain t's: set by the brackets "
+            f"{covered(by_brackets)}, otherwise {covered(others)}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,6 +21,8 @@ def test_the_level_draws_are_the_level_study_s_fits(bench):
     assert len(draws) == 40
     assert float(np.median([d.width for d in draws])) == pytest.approx(study.width)
     assert float(np.median([d.plain_width for d in draws])) == pytest.approx(study.width_previous)
+    assert np.mean([d.covered for d in draws]) == pytest.approx(study.coverage)
+    assert np.mean([d.plain_covered for d in draws]) == pytest.approx(study.coverage_previous)
 
 
 def test_the_joint_draws_are_the_joint_study_s_fits(bench):
@@ -29,12 +31,18 @@ def test_the_joint_draws_are_the_joint_study_s_fits(bench):
     study = run_joint_setting(s, 40, seed=3)
     assert float(np.median([d.width for d in draws])) == pytest.approx(study.width[1])
     assert float(np.median([d.plain_width for d in draws])) == pytest.approx(study.width_previous[1])
+    assert np.mean([d.covered for d in draws]) == pytest.approx(study.coverage[1])
+    assert np.mean([d.plain_covered for d in draws]) == pytest.approx(study.coverage_previous[1])
 
 
 def test_the_line_splits_the_draws_by_the_flag(bench):
     Draw = bench.Draw
-    draws = [Draw(True, 2.0, 1.0), Draw(True, 4.0, 1.0), Draw(False, 1.0, 1.0), Draw(True, 3.0, 1.0)]
+    draws = [Draw(True, 2.0, 1.0, True, False), Draw(True, 4.0, 1.0, True, True), Draw(False, 1.0, 1.0, False, False),
+             Draw(True, 3.0, 1.0, True, False)]
     text = bench.line("x", draws)
     assert text == ("x: set by the brackets in 75.0 % of 4 draws; median width against the plain t's 2.50x (set by "
-                    "the brackets 3.00x, otherwise 1.00x)")
-    assert bench.line("y", [Draw(False, 1.0, 2.0)]).endswith("0.50x (set by the brackets -, otherwise 0.50x)")
+                    "the brackets 3.00x, otherwise 1.00x); coverage, the fit's / the plain t's: set by the brackets "
+                    "100.0 % / 33.3 %, otherwise 0.0 % / 0.0 %")
+    assert bench.line("y", [Draw(False, 1.0, 2.0)]).endswith("(set by the brackets -, otherwise 0.50x); coverage, "
+                                                            "the fit's / the plain t's: set by the brackets -, "
+                                                            "otherwise 100.0 % / 100.0 %")
