@@ -123,8 +123,9 @@ def widest_bracket(points: Sequence[tuple], brackets: Sequence[tuple[str, float,
 
 def resolution_note(set_by_brackets: bool, points: Sequence[tuple], brackets: Sequence[tuple[str, float, float]]
                     ) -> str | None:
-    """:data:`BRACKETS_SET_NOTE` for a fit whose interval the brackets set (the scatter beyond them estimated as 0,
-    so the worst case of their rounding errors sets the floor), else None."""
+    """:data:`BRACKETS_SET_NOTE` for a fit whose interval the brackets set, else None: the scatter beyond them is
+    estimated as 0, so every part of the interval comes from them (the worst case of the rounded values, the errors
+    that runs in one bracket share, or the t interval on residuals no larger than the brackets explain)."""
     widest = widest_bracket(points, brackets) if set_by_brackets else None
     return None if widest is None else BRACKETS_SET_NOTE.format(run=widest[0], ratio=widest[1])
 
@@ -199,8 +200,8 @@ class PowerLawFit:
 
     @property
     def set_by_brackets(self) -> bool:
-        """The interval is the brackets' own: the scatter beyond them is estimated as 0 and their worst case is the
-        floor (``bracket_floor`` in fits.json)."""
+        """The interval is the brackets' own: the scatter beyond them is estimated as 0, the branch that floors the
+        interval at their worst case (``bracket_floor`` in fits.json; :func:`resolution_note`)."""
         return self.exponent_lo is not None and self.floor is not None
 
     def resolution_note(self) -> str | None:
