@@ -4,10 +4,14 @@
 * every test gets its own $DIFFMEM_CACHE folder, so no test reads or writes the user's ~/.cache/diffmem.
 * under pytest-xdist every worker computes with one CPU thread, and so do the processes it starts
   (:func:`pytest_configure`).
+* ``--cpu-profile FILE``: where the suite's time goes on the CPU, per test (:func:`pytest_runtest_protocol`).
 """
 from __future__ import annotations
 
+import json
 import os
+import resource
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -84,6 +88,8 @@ def pytest_configure(config: pytest.Config) -> None:
     scipy, whose reductions the FD uses) through threadpoolctl: a test that compares a run trained here with the same
     run in a subprocess (tests/test_reliability.py, the kill campaign) needs both on the same thread counts, down to
     the last digit of the FD."""
+    if config.getoption("--cpu-profile") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        Path(config.getoption("--cpu-profile")).write_text("")  # each run's own lines (workers start after this)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
         import torch
@@ -96,6 +102,50 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False,
                      help="also run the tests marked slow (long end-to-end campaigns); CI leaves them out")
+    parser.addoption("--cpu-profile", metavar="FILE", default=None,
+                     help="append one JSON line per test to FILE (wall seconds, CPU seconds of the test's process and "
+                          "of the subprocesses it waited for) and print the totals and the 10 largest at the end")
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(this process's, its waited-for children's) user + system CPU seconds so far."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """With ``--cpu-profile FILE``: one line per test (setup, call and teardown together) appended to FILE, from the
+    worker that ran it. CPU of processes the test did not wait for (Slurm's jobs, a killed job's orphans) is not
+    counted; wall seconds on 2 shared cores also include waiting for the other worker."""
+    path = item.config.getoption("--cpu-profile")
+    if path is None:
+        yield
+        return
+    wall, (own, children) = time.perf_counter(), _cpu_seconds()
+    yield
+    wall, (own_end, children_end) = time.perf_counter() - wall, _cpu_seconds()
+    line = {"test": item.nodeid, "wall_s": round(wall, 3), "cpu_s": round(own_end - own, 3),
+            "subprocess_cpu_s": round(children_end - children, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER")}
+    with open(path, "a") as f:  # one short line per write, appended: workers do not interleave within a line
+        f.write(json.dumps(line) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """With ``--cpu-profile FILE``, in the main process: the totals over FILE's lines and its 10 largest by CPU."""
+    path = config.getoption("--cpu-profile")
+    if path is None or os.environ.get("PYTEST_XDIST_WORKER") or not Path(path).is_file():
+        return
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    cpu = lambda r: r["cpu_s"] + r["subprocess_cpu_s"]
+    terminalreporter.write_sep("=", f"cpu profile ({path})")
+    terminalreporter.write_line(f"{len(rows)} tests: wall {sum(r['wall_s'] for r in rows):.0f} s, CPU "
+                                f"{sum(map(cpu, rows)):.0f} s ({sum(r['cpu_s'] for r in rows):.0f} s in the tests' "
+                                f"processes, {sum(r['subprocess_cpu_s'] for r in rows):.0f} s in the subprocesses they "
+                                "waited for)")
+    for r in sorted(rows, key=cpu, reverse=True)[:10]:
+        terminalreporter.write_line(f"{cpu(r):7.1f} s CPU ({r['subprocess_cpu_s']:6.1f} s in subprocesses) "
+                                    f"{r['wall_s']:7.1f} s wall  {r['test']}")
 
 
 TIER_MARKERS = ("e2e", "slurm", "slow")
