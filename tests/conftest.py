@@ -4,7 +4,7 @@
 * every test gets its own $DIFFMEM_CACHE folder, so no test reads or writes the user's ~/.cache/diffmem.
 * under pytest-xdist every worker computes with one CPU thread, and so do the processes it starts
   (:func:`pytest_configure`).
-* ``--cpu-profile FILE``: where the suite's time goes on the CPU, per test (:func:`pytest_runtest_protocol`).
+* ``--cpu-profile=FILE``: where the suite's time goes on the CPU, per test (:func:`pytest_runtest_protocol`).
 """
 from __future__ import annotations
 
@@ -103,8 +103,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False,
                      help="also run the tests marked slow (long end-to-end campaigns); CI leaves them out")
     parser.addoption("--cpu-profile", metavar="FILE", default=None,
-                     help="append one JSON line per test to FILE (wall seconds, CPU seconds of the test's process and "
-                          "of the subprocesses it waited for) and print the totals and the 10 largest at the end")
+                     help="write one JSON line per test to FILE (wall seconds, CPU seconds of the test's process and "
+                          "of the subprocesses it waited for) and print the totals and the 10 largest at the end; give "
+                          "it as --cpu-profile=FILE (written apart, pytest-xdist's workers take FILE for a path to "
+                          "test, root the run there and miss this option)")
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -115,7 +117,7 @@ def _cpu_seconds() -> tuple[float, float]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """With ``--cpu-profile FILE``: one line per test (setup, call and teardown together) appended to FILE, from the
+    """With ``--cpu-profile=FILE``: one line per test (setup, call and teardown together) appended to FILE, from the
     worker that ran it. CPU of processes the test did not wait for (Slurm's jobs, a killed job's orphans) is not
     counted; wall seconds on 2 shared cores also include waiting for the other worker."""
     path = item.config.getoption("--cpu-profile")
@@ -132,7 +134,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """With ``--cpu-profile FILE``, in the main process: the totals over FILE's lines and its 10 largest by CPU."""
+    """With ``--cpu-profile=FILE``, in the main process: the totals over FILE's lines and its 10 largest by CPU."""
     path = config.getoption("--cpu-profile")
     if path is None or os.environ.get("PYTEST_XDIST_WORKER") or not Path(path).is_file():
         return
