@@ -3,7 +3,7 @@ target (docs/coverage.md: the three level-crossing rows and the three joint-law 
 planted exponent), the coverage study's own draws (same generator, seed and settings) fitted by the analysis's own
 ``fit_power_law`` / ``fit_joint_law``, split by the fit's ``set_by_brackets`` (the scatter beyond the brackets
 estimated as 0: the flag ``diffmem analyze`` and the report show, docs/analysis.md "When the brackets set the
-interval"): how often it holds, and the median width against the plain t's in each part.
+interval"): how often it holds, and in each part the median width against the plain t's and the coverage of both.
 
 Run from the repository root:
 
@@ -42,8 +42,8 @@ class Draw(NamedTuple):
     set_by_brackets: bool
     width: float
     plain_width: float
-    covered: bool = True
-    plain_covered: bool = True
+    covered: bool
+    plain_covered: bool
 
 
 def level_draws(s: Setting, n_sim: int, seed: int = 0) -> list[Draw]:

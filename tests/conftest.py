@@ -87,7 +87,9 @@ def pytest_configure(config: pytest.Config) -> None:
     loaded already (numpy by this file), so torch's count is set directly and the BLAS pools (OpenBLAS under numpy and
     scipy, whose reductions the FD uses) through threadpoolctl: a test that compares a run trained here with the same
     run in a subprocess (tests/test_reliability.py, the kill campaign) needs both on the same thread counts, down to
-    the last digit of the FD."""
+    the last digit of the FD.
+
+    With ``--cpu-profile=FILE`` the main process empties FILE first, before any worker starts."""
     if config.getoption("--cpu-profile") and not os.environ.get("PYTEST_XDIST_WORKER"):
         Path(config.getoption("--cpu-profile")).write_text("")  # each run's own lines (workers start after this)
     if os.environ.get("PYTEST_XDIST_WORKER"):

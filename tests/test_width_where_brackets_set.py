@@ -43,6 +43,6 @@ def test_the_line_splits_the_draws_by_the_flag(bench):
     assert text == ("x: set by the brackets in 75.0 % of 4 draws; median width against the plain t's 2.50x (set by "
                     "the brackets 3.00x, otherwise 1.00x); coverage, the fit's / the plain t's: set by the brackets "
                     "100.0 % / 33.3 %, otherwise 0.0 % / 0.0 %")
-    assert bench.line("y", [Draw(False, 1.0, 2.0)]).endswith("(set by the brackets -, otherwise 0.50x); coverage, "
-                                                            "the fit's / the plain t's: set by the brackets -, "
-                                                            "otherwise 100.0 % / 100.0 %")
+    alone = bench.line("y", [Draw(False, 1.0, 2.0, True, True)])
+    assert alone.endswith("(set by the brackets -, otherwise 0.50x); coverage, the fit's / the plain t's: set by the "
+                          "brackets -, otherwise 100.0 % / 100.0 %")
