@@ -90,8 +90,9 @@ def pytest_configure(config: pytest.Config) -> None:
     the last digit of the FD.
 
     With ``--cpu-profile=FILE`` the main process empties FILE first, before any worker starts."""
-    if config.getoption("--cpu-profile") and not os.environ.get("PYTEST_XDIST_WORKER"):
-        Path(config.getoption("--cpu-profile")).write_text("")  # each run's own lines (workers start after this)
+    profile = config.getoption("--cpu-profile")
+    if profile and not os.environ.get("PYTEST_XDIST_WORKER"):
+        Path(profile).write_text("")  # each run's own lines (workers start after this)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
         import torch

@@ -129,8 +129,8 @@ def _from_fit(fit: PowerLawFit, x: float, label: str, warnings: list[str], scale
                         f"[{x_min:.4g}, {x_max:.4g}]")
     if fit.ci_note and fit.exponent_lo is not None:  # an interval kept with a caveat (e.g. collinear cell means)
         warnings.append(f"{fit.quantity} vs {fit.x_name}: {fit.ci_note}")
-    if fit.resolution_note():  # the prediction's interval is the evaluations' resolution: denser ones narrow it
-        warnings.append(f"{fit.quantity} vs {fit.x_name}: {fit.resolution_note()}")
+    if note := fit.resolution_note():  # the prediction's interval is the evaluations' resolution: denser ones narrow it
+        warnings.append(f"{fit.quantity} vs {fit.x_name}: {note}")
     return Prediction(value, lo, hi, label)
 
 

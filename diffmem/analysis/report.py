@@ -172,8 +172,8 @@ def fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[lis
                     flagged.append(f"goodness of fit: `{name}` ({group}): " + "; ".join(flags))
                 if fit.exponent_lo is not None and fit.ci_note:
                     flagged.append(f"interval: `{name}` ({group}): {fit.ci_note}")
-                if fit.resolution_note():
-                    flagged.append(f"interval: `{name}` ({group}): {fit.resolution_note()} ({NARROWING})")
+                if note := fit.resolution_note():
+                    flagged.append(f"interval: `{name}` ({group}): {note} ({NARROWING})")
             else:
                 not_fitted.append(f"`{name}` ({group}): {fit.reason}")
     for name, d in fits_json.items():
