@@ -283,7 +283,7 @@ def cmd_pairs(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from diffmem.paired_evaluation import unevaluated_pairs_note
+    from diffmem.split_pairs import unevaluated_pairs_note
     from diffmem.results import write_results
 
     summary = write_results(args.experiment_dir, figures=not args.no_figures, out_dir=args.out,
@@ -335,7 +335,7 @@ def _key_values(items: list[str], flag: str) -> tuple[tuple[str, str], ...]:
 
 def cmd_sweep(args) -> int:
     from diffmem.cluster.base import ClusterOptions
-    from diffmem.paired_evaluation import sweep_pairs_hint
+    from diffmem.split_pairs import sweep_pairs_hint
     from diffmem.rundir import require_folder
     from diffmem.sweep import run_sweep
 

@@ -42,7 +42,7 @@ from diffmem.config import RunConfig, SweepConfig
 from diffmem.evaluate import evaluate_again, evaluate_run
 from diffmem.experiment import PlannedRun, expand_grid
 from diffmem.io import atomic_write_text
-from diffmem.metrics.fid import metric_label
+from diffmem.metrics.extractor_names import metric_label
 from diffmem.outcomes import INTERRUPTED, SUCCEEDED
 from diffmem.results import write_results
 from diffmem.rundir import RunDir

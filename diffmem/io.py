@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 
 class WriteFailed(OSError):
@@ -101,6 +100,8 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 def atomic_torch_save(path: str | Path, obj: Any, keep_previous: str | Path | None = None) -> None:
     """``torch.save`` that never leaves a truncated file at ``path`` (``keep_previous``: see atomic_write_bytes)."""
+    import torch  # here, not at the top: the commands that only read run folders (status, analyze) never load torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue(), keep_previous=keep_previous)

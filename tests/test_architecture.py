@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                          "diffmem.rundir", "diffmem.jobrecords", "diffmem.copyrecord")),
     ("reading runs", ("diffmem.analysis.runfiles", "diffmem.analysis.timescales", "diffmem.analysis.cellfit",
                       "diffmem.analysis.goodness", "diffmem.analysis.powerlaw",
-                      "diffmem.refine", "diffmem.monitor", "diffmem.tensorboard")),
+                      "diffmem.split_pairs", "diffmem.refine", "diffmem.monitor", "diffmem.tensorboard")),
     ("training and evaluation", ("diffmem.evaluate", "diffmem.train", "diffmem.paired_evaluation",
                                  "diffmem.throughput")),
     ("analysis", ("diffmem.analysis",)),

@@ -1,4 +1,6 @@
-"""The CLI end to end: --help, prepare + train on a CelebA-layout fixture, one-line errors for bad input."""
+"""The CLI end to end: --help, prepare + train on a CelebA-layout fixture, one-line errors for bad input, and the
+commands that only read run folders starting without torch."""
+import json
 import subprocess
 import sys
 
@@ -71,3 +73,25 @@ def test_analyze_then_advise_from_the_fitted_laws(tmp_path, capsys):
     assert "outside" in advice or "extrapolat" in advice  # 2048 lies beyond the fitted N range
     assert main(["advise", "--n", "1024", "--width", "32"]) == 0
     assert "arXiv 2505.17638" in capsys.readouterr().out  # the paper's laws, with their source
+
+
+HEAVY = ("torch", "torchvision", "diffusers", "torch_fidelity")
+
+
+@pytest.mark.e2e
+def test_the_commands_that_only_read_run_folders_never_import_torch(tmp_path):
+    """`diffmem status`, `analyze`, `advise` and `tensorboard` read JSON, CSV and PNG files: they start in about a
+    second instead of the five that importing torch and diffusers takes here (more on a cluster's shared disk), and
+    the figures' package imports none of them either. (An experiment whose runs wrote copies.jsonl still loads torch
+    in `analyze`: it rebuilds their train sets.)"""
+    from diffmem.analysis.synthetic import write_synthetic_experiment
+
+    exp = str(tmp_path / "exp")
+    write_synthetic_experiment(exp, ns=[128, 256, 512], widths=[32], steps=lambda n, w: 3000 * n)
+    script = (f"import json, sys\nfrom diffmem.cli import main\nimport diffmem.figures\n"
+              f"codes = [main(['status', {exp!r}]), main(['analyze', {exp!r}, '--no-figures']), "
+              f"main(['advise', '--n', '1024', '--width', '32', '--from', {exp!r}]), main(['tensorboard', {exp!r}])]\n"
+              f"print(json.dumps({{'codes': codes, 'loaded': [m for m in {HEAVY!r} if m in sys.modules]}}))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"codes": [0, 0, 0, 0], "loaded": []}

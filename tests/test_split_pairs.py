@@ -28,7 +28,8 @@ from diffmem.device import resolve_device
 from diffmem.experiment import expand_grid
 from diffmem.io import read_jsonl
 from diffmem.metrics.pairs import DISTANCE_FLOOR, own_and_other_distances, paired_measures
-from diffmem.paired_evaluation import PairEvaluator, SplitPair, evaluate_pairs, find_pairs
+from diffmem.paired_evaluation import PairEvaluator, evaluate_pairs
+from diffmem.split_pairs import SplitPair, find_pairs
 from diffmem.refine import next_bias_refinement
 from diffmem.rundir import PAIRS_FILE, RunDir
 from tiny_runs import TINY_GRID, sets, tiny_config

@@ -57,18 +57,23 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import torch
 from scipy import stats
 from scipy.stats import rankdata, spearmanr
 
 from diffmem.analysis.runfiles import RunRecord, write_csv
 from diffmem.config import RunConfig
-from diffmem.data import DataError, Splits, load_images, make_splits, to_model
-from diffmem.metrics.memorization import nearest_k
 from diffmem.rundir import RunDir
+
+if TYPE_CHECKING:
+    import torch
+
+    from diffmem.data import Splits
+
+# The train set is rebuilt (diffmem.data, torch) inside the functions that need it, not imported here: `diffmem
+# analyze` imports this module for every experiment, and most have no copies.jsonl (no train set to rebuild).
 
 DENSITY_K = 5
 """Images in the density score: ``knn_distance`` is the mean distance to the k = 5 nearest other training images."""
@@ -113,6 +118,8 @@ def run_splits(cfg: RunConfig, dataset_sha256: str | None = None) -> Splits:
     """The splits of a run rebuilt from its config as the evaluation built them. DataError when the data cannot be
     loaded or are not those the run trained on (``dataset_sha256``, config.json's record, differs from theirs): a
     table or a gallery of other images would be silently wrong."""
+    from diffmem.data import load_images, make_splits
+
     images = load_images(cfg.data)
     images.check_recorded(dataset_sha256, cfg.data.source)
     return make_splits(images, cfg.data)
@@ -127,6 +134,9 @@ def train_pixels(cfg: RunConfig, dataset_sha256: str | None = None) -> torch.Ten
 def train_images(cfg: RunConfig, dataset_sha256: str | None = None) -> TrainImages:
     """Rebuild the train set and the held-out images of the test loss of a run from its config and compute the
     descriptors. DataError as :func:`run_splits`."""
+    from diffmem.data import to_model
+    from diffmem.metrics.memorization import nearest_k
+
     splits = run_splits(cfg, dataset_sha256)
     train = to_model(splits.train, splits.mean)
     heldout = to_model(splits.heldout[:cfg.eval.loss_n_test], splits.mean)
@@ -375,6 +385,8 @@ def run_images(record: RunRecord, lines: Sequence[dict[str, Any]], base_n_sample
 
 def _descriptors_of(record: RunRecord, cache: dict[Any, Any]) -> tuple[dict[str, np.ndarray] | None, str | None]:
     """The descriptors of a run's train set, computed once per distinct train set (seeds share theirs)."""
+    from diffmem.data import DataError
+
     cfg = record.config
     recorded = RunDir(record.path).recorded_dataset_sha256()
     key = (cfg.data, cfg.eval.loss_n_test, recorded)  # a run that trained on other data is checked on its own

@@ -26,7 +26,7 @@ from diffmem.cluster.slurm import (SLURM_QUEUED, SLURM_RUNNING, UNREACHABLE, Slu
                                    slurm_job_state, slurm_log_reason)
 from diffmem.eval_grid import evaluation_steps
 from diffmem.jobrecords import has_submissions, job_log, log_error_line, read_job, read_plan, read_submissions
-from diffmem.metrics.fid import metric_label
+from diffmem.metrics.extractor_names import metric_label
 from diffmem.outcomes import FAILED, REQUEUED
 from diffmem.rundir import RunDir, pid_alive
 

@@ -23,10 +23,8 @@ from matplotlib.lines import Line2D
 
 from diffmem.analysis.images import DENSITY_K, IMAGES_DIR, train_pixels
 from diffmem.analysis.runfiles import read_csv, read_json
-from diffmem.data import DataError
 from diffmem.figures.experiment_files import ExperimentFiles
 from diffmem.rundir import RunDir
-from diffmem.samplegrid import read_first_copies
 from diffmem.figures.style import (FigureResult, finite_points, legend_by_n, mark_interval, n_colors, new_figure,
                                    readable_log_axis, save_figure)
 
@@ -162,6 +160,8 @@ def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[s
     """The gallery of one cell: the first and the last training images to be copied by its lowest seed with
     copies (:func:`gallery_order`) whose training images can be loaded as it trained on them, each captioned with
     its first-copy step; skipped, saying why, when no seed copied two or none of those can be loaded."""
+    from diffmem.data import DataError  # here, not at the top: torch loads only when a gallery is drawn
+
     name = f"copied_images_n{n:05d}_w{width:02d}"
     runs = sorted((r for r in tables if data.records[r].n == n and data.records[r].width == width),
                   key=lambda r: data.records[r].seed)
@@ -186,6 +186,8 @@ def first_copy_tiles(run: RunDir, rows: Sequence[dict[str, Any]], size: int) -> 
     uint8 from the strip of its first-copy step (``samples/first_copies_step_*.png``, the latest copies.jsonl line of
     that step naming it in ``first_copies``). Images of runs written before the strips, or whose strip is missing or
     damaged, have none."""
+    from diffmem.samplegrid import read_first_copies  # torch, as the train set's loader: only for a gallery
+
     lines: dict[int, dict[str, Any]] = {}
     for line in run.copies():
         lines[int(line["step"])] = line  # the latest line of each step, as the strip was written last

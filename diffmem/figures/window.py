@@ -4,7 +4,7 @@
   N's window [tau_gen, tau_mem] (the paper's Fig. 2); with split pairs, tau_bias and tau_gap in the strip.
 - ``collapse`` (:func:`plot_collapse`): f_mem against step / N, one panel per width.
 
-The quality axis is labelled with :func:`diffmem.metrics.fid.metric_label` (:func:`quality_label`)."""
+The quality axis is labelled with :func:`diffmem.metrics.extractor_names.metric_label` (:func:`quality_label`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +19,7 @@ from diffmem.figures.curves import curve_legend_extras, draw_cell_curves
 from diffmem.figures.experiment_files import ExperimentFiles, median_of, widths_with_several_n
 from diffmem.figures.style import (FigureResult, f_mem_axis, finite_points, legend_by_n, mark_interval, n_colors,
                                    new_figure, readable_log_axis, save_figure)
-from diffmem.metrics.fid import metric_label
+from diffmem.metrics.extractor_names import metric_label
 
 
 def quality_label(records: Sequence[RunRecord]) -> str:

@@ -64,13 +64,11 @@ from torch_fidelity.utils import (create_feature_extractor, extract_featuresdict
 
 from diffmem.config import FID_EXTRACTORS
 from diffmem.io import atomic_write_bytes
+from diffmem.metrics.extractor_names import INCEPTION_EXTRACTOR, OFFLINE_EXTRACTOR, PIXEL_EXTRACTOR, metric_label
 
-INCEPTION_EXTRACTOR = "inception-v3-compat"
 INCEPTION_WEIGHTS_URL = URL_INCEPTION_V3
 INCEPTION_WEIGHTS_FILENAME = os.path.basename(URL_INCEPTION_V3)  # weights-inception-2015-12-05-6726825d.pth
 WEIGHTS_ENV_VAR = "DIFFMEM_FID_WEIGHTS"
-OFFLINE_EXTRACTOR = "diffmem-randconv-v1"
-PIXEL_EXTRACTOR = "diffmem-pixels"
 EXTRACTOR_CHOICES = FID_EXTRACTORS  # "auto", "inception" and the three names above
 
 
@@ -106,13 +104,6 @@ class FIDResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def metric_label(extractor: str) -> str:
-    """How to name a number from ``extractor`` in tables and plots: "FID" only for Inception features."""
-    if extractor in ("inception", INCEPTION_EXTRACTOR):
-        return "FID"
-    return f"FD ({extractor})"
 
 
 def make_reference_key(dataset_sha256: str, n_reference: int, start: int = 0) -> str:

@@ -9,15 +9,16 @@ import datetime
 import json
 import subprocess
 from pathlib import Path
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 import diffmem
 from diffmem.config import (RECORDED_KEYS, ConfigError, RunConfig, continuation_diff, keep_recorded_keys,
                              legacy_keys, upgrade_stored_config)
 from diffmem.io import atomic_write_json
 from diffmem.rundir.folder import RESTORE, ConfigFileError, RunDir
+
+if TYPE_CHECKING:
+    import torch
 
 
 class RunConfigMismatch(ConfigError):
@@ -128,6 +129,8 @@ def record_reseed(run: RunDir, step: int, from_device: str, to_device: str, seed
 def prepare_run_folder(cfg: RunConfig, run: RunDir, dataset_sha256: str, dataset_manifest: dict, params: int,
                        device: torch.device) -> None:
     """Write config.json for a new run, or check that an existing run folder holds the same configuration."""
+    import torch  # here, not at the top: see diffmem.rundir.state
+
     if check_same_config(cfg, run, dataset_sha256):
         return
     run.path.mkdir(parents=True, exist_ok=True)

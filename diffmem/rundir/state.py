@@ -13,11 +13,15 @@ import pickle
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from diffmem.rundir.folder import RunDir
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that use it, not here: the commands that only read run folders (status,
+# analyze, advise) import this package and should not pay torch's import (seconds; tens on a cluster's shared disk).
 
 STATE_KEYS = ("step", "model", "optimizer", "batcher", "rng")  # what every training state holds
 START_AGAIN = "move the run folder aside (it keeps its checkpoints and metrics) and rerun to train again from step 0"
@@ -38,6 +42,8 @@ def load_state(path: Path) -> dict[str, Any]:
     A missing, truncated or corrupt file is a one-line StateDamaged naming it; a file that holds anything else (a
     pickle that would build other objects, e.g. call a function) is a one-line UnsafeState naming it.
     """
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -99,6 +105,8 @@ def capture_rng(generator: torch.Generator, device: torch.device) -> dict[str, A
     """The random number generators a training process draws from: ``generator`` (batch order and diffusion noise,
     on ``device``), torch's CPU generator, and on CUDA the default generator of ``device`` (dropout), one 16-byte
     state: never one per visible GPU, so a state saved where four GPUs were visible resumes where one is."""
+    import torch
+
     state = {"generator": generator.get_state(), "torch": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
@@ -113,6 +121,8 @@ def saved_device_type(state: dict[str, Any]) -> str:
 
 
 def _cuda_index(device: torch.device) -> int:
+    import torch
+
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
@@ -133,6 +143,8 @@ def resume_rng(state: dict[str, Any], generator: torch.Generator, device: torch.
     the other) restores torch's CPU generator and re-seeds ``generator`` and the CUDA generators deterministically
     with :func:`reseed_value`, which it returns: the run goes on with the statistics of an uninterrupted run but not
     its bits (the caller says so and records it)."""
+    import torch
+
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])
     if saved_device_type(state) == device.type:
@@ -174,6 +186,8 @@ class Trajectory:
         """The trajectory of one process training on ``device`` with these settings from step 0."""
         if device.type != "cuda":
             return cls(device.type, "", compile, channels_last, "")
+        import torch
+
         why = "" if deterministic else "trained on cuda with train.deterministic = false"
         return cls("cuda", torch.cuda.get_device_name(device), compile, channels_last, why)
 

@@ -5,8 +5,9 @@ Tags of a run (one TensorBoard run per run folder):
 
 * ``memorization/f_mem``, ``memorization/f_mem_lo``, ``memorization/f_mem_hi``: the memorized fraction and its 95 %
   interval (metrics.jsonl);
-* ``quality/FID`` (or ``quality/FD (<extractor>)``, named as in the figures by :func:`diffmem.metrics.fid.metric_label`)
-  and ``quality/FID standard error`` (:func:`diffmem.analysis.timescales.quality_se`);
+* ``quality/FID`` (or ``quality/FD (<extractor>)``, named as in the figures by
+  :func:`diffmem.metrics.extractor_names.metric_label`) and ``quality/FID standard error``
+  (:func:`diffmem.analysis.timescales.quality_se`);
 * ``loss_gap/train_loss``, ``loss_gap/test_loss``, ``loss_gap/gap`` (test - train) at the fixed diffusion time
   ``eval.loss_t``, and ``loss_gap/t=<t>`` (test - train) at each diffusion time ``t`` of ``eval.loss_ts`` (written
   ``%g``: ``loss_gap/t=0.01``);
@@ -42,7 +43,7 @@ from tensorboard.plugins.text.metadata import create_summary_metadata
 
 from diffmem.analysis.runfiles import latest_per_step
 from diffmem.analysis.timescales import quality_se
-from diffmem.metrics.fid import metric_label
+from diffmem.metrics.extractor_names import metric_label
 from diffmem.rundir import RunDir
 from diffmem.tensorboard.eventdir import Point
 
