@@ -19,6 +19,12 @@ from tiny_runs import SMOKE, sets
 
 
 
+def _a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "results.txt"
+    path.write_text("not an experiment folder\n")
+    return path
+
+
 def corrupt_celeba(celeba_root):
     root = celeba_root(n=6)
     image = root / "celeba" / "img_align_celeba" / "000003.jpg"
@@ -63,6 +69,8 @@ CASES = {
     "evaluate a non-run folder": (lambda t, c: ["evaluate", str(t)], "not a run folder"),
     "analyze a non-experiment folder": (lambda t, c: ["analyze", str(t)], "holds no run folder"),
     "status of a non-experiment folder": (lambda t, c: ["status", str(t / "nope")], "nope"),
+    "status of a file": (lambda t, c: ["status", str(_a_file(t))], "is a file, not a folder"),
+    "analyze a file": (lambda t, c: ["analyze", str(_a_file(t))], "is a file, not a folder"),
     "advise from a non-experiment folder": (lambda t, c: ["advise", "--n", "8", "--width", "8", "--from", str(t)],
                                             "fits.json"),
     # sweeps

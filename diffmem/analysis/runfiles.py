@@ -154,7 +154,8 @@ def find_run_folders(experiment_dir: str | Path) -> list[Path]:
     """Run folders of an experiment, sorted by name; the folder itself when it is a run folder."""
     root = Path(experiment_dir)
     if not root.is_dir():
-        raise RunFolderError(f"experiment folder '{root}' does not exist; pass the folder that holds the run folders")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise RunFolderError(f"experiment folder '{root}' {what}; pass the folder that holds the run folders")
     if is_run_folder(root):
         return [root]
     runs = sorted(p for p in root.iterdir() if p.is_dir() and is_run_folder(p))

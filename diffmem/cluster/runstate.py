@@ -203,7 +203,8 @@ def experiment_status(experiment_dir: str | Path) -> list[RunStatus]:
     disk, sorted by name."""
     root = Path(experiment_dir)
     if not root.is_dir():
-        raise StatusError(f"experiment folder '{root}' does not exist; pass the --out folder of `diffmem sweep`")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise StatusError(f"experiment folder '{root}' {what}; pass the --out folder of `diffmem sweep`")
     planned = read_plan(root)
     for p in root.iterdir():
         if p.is_dir() and ((p / "config.json").is_file() or has_submissions(p)):
