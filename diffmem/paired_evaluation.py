@@ -1,12 +1,11 @@
 """``diffmem pairs EXPERIMENT_DIR``: the paired evaluation of split pairs -> ``<experiment>/pairs.jsonl``.
 
-A *split pair* is two runs of one experiment with the same N, W and seed and everything else equal, trained on the
-disjoint train blocks 0 and 1 (``sweep.splits = [0, 1]``: run ``n00016_w08_s0`` and run ``n00016_w08_s0_split1``).
-At every evaluation step of the runs' grid that both have a checkpoint for and that pairs.jsonl does not hold yet,
-both checkpoints are loaded, both models sample ``n_samples`` images from the same initial noise (the memorization
-evaluation's seed and sampler, :func:`diffmem.evaluate.draw_samples`), and the measures of
-:mod:`diffmem.metrics.pairs` are appended as one JSON line per (pair, step), in pixel units x / 255 (each model's
-centering offset added back, so the distances are the memorization test's).
+The pairs (two runs of one N, W and seed on the disjoint train blocks 0 and 1) are found by
+:func:`diffmem.split_pairs.find_pairs`. At every evaluation step of the runs' grid that both have a checkpoint for
+and that pairs.jsonl does not hold yet, both checkpoints are loaded, both models sample ``n_samples`` images from the
+same initial noise (the memorization evaluation's seed and sampler, :func:`diffmem.evaluate.draw_samples`), and the
+measures of :mod:`diffmem.metrics.pairs` are appended as one JSON line per (pair, step), in pixel units x / 255 (each
+model's centering offset added back, so the distances are the memorization test's).
 
 With ``eval.refine_ratio`` set in the runs' config, once both members have finished training (their ``done`` file),
 tau_bias's bracket is then narrowed among the checkpoints both members kept, each time at the one nearest the

@@ -186,7 +186,7 @@ def first_copy_tiles(run: RunDir, rows: Sequence[dict[str, Any]], size: int) -> 
     uint8 from the strip of its first-copy step (``samples/first_copies_step_*.png``, the latest copies.jsonl line of
     that step naming it in ``first_copies``). Images of runs written before the strips, or whose strip is missing or
     damaged, have none."""
-    from diffmem.samplegrid import read_first_copies  # torch, as the train set's loader: only for a gallery
+    from diffmem.samplegrid import read_first_copies  # here, not at the top: it loads torch (see plot_copied_images)
 
     lines: dict[int, dict[str, Any]] = {}
     for line in run.copies():

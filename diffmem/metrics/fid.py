@@ -69,7 +69,7 @@ from diffmem.metrics.extractor_names import INCEPTION_EXTRACTOR, OFFLINE_EXTRACT
 INCEPTION_WEIGHTS_URL = URL_INCEPTION_V3
 INCEPTION_WEIGHTS_FILENAME = os.path.basename(URL_INCEPTION_V3)  # weights-inception-2015-12-05-6726825d.pth
 WEIGHTS_ENV_VAR = "DIFFMEM_FID_WEIGHTS"
-EXTRACTOR_CHOICES = FID_EXTRACTORS  # "auto", "inception" and the three names above
+EXTRACTOR_CHOICES = FID_EXTRACTORS  # "auto", "inception" and the three names of extractor_names
 
 
 class FIDError(ValueError):
