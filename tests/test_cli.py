@@ -81,9 +81,9 @@ HEAVY = ("torch", "torchvision", "diffusers", "torch_fidelity")
 @pytest.mark.e2e
 def test_the_commands_that_only_read_run_folders_never_import_torch(tmp_path):
     """`diffmem status`, `analyze`, `advise` and `tensorboard` read JSON, CSV and PNG files: they start in about a
-    second instead of the five that importing torch and diffusers takes here (more on a cluster's shared disk), and
-    the figures' package imports none of them either. (An experiment whose runs wrote copies.jsonl still loads torch
-    in `analyze`: it rebuilds their train sets.)"""
+    second instead of the five that importing torch and diffusers takes here, and the figures' package imports none
+    of them either. (An experiment whose runs wrote copies.jsonl still loads torch in `analyze`: it rebuilds their
+    train sets.)"""
     from diffmem.analysis.synthetic import write_synthetic_experiment
 
     exp = str(tmp_path / "exp")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 # torch is imported inside the functions that use it, not here: the commands that only read run folders (status,
-# analyze, advise) import this package and should not pay torch's import (seconds; tens on a cluster's shared disk).
+# analyze, advise) import this package and should not pay torch's import (about 5 s here).
 
 STATE_KEYS = ("step", "model", "optimizer", "batcher", "rng")  # what every training state holds
 START_AGAIN = "move the run folder aside (it keeps its checkpoints and metrics) and rerun to train again from step 0"
