@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import diffmem
 from diffmem.analysis.synthetic import write_synthetic_experiment
 
 BASELINE = "import torch, diffusers"
@@ -59,7 +60,7 @@ def main() -> None:
     for name, median in medians.items():
         print(f"{name:30s} {median:6.2f} s  ({median / medians[BASELINE]:.2f}x the import; median of {args.rounds})")
     print(json.dumps({"rounds": args.rounds, "median_s": {k: round(v, 3) for k, v in medians.items()},
-                      "diffmem": str(Path(__import__("diffmem").__file__).parent)}))
+                      "diffmem": str(Path(diffmem.__file__).parent)}))
 
 
 if __name__ == "__main__":

@@ -79,3 +79,17 @@ def test_cli_bench_sample_last_line_is_json(capsys):
     assert main(["bench", "sample", "--width", "8", "--image-size", "8", "--n-samples", "2",
                  "--sampler-steps", "2"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["images_per_s"] > 0
+
+
+def test_the_startup_benchmark_times_command_lines_the_cli_accepts(tmp_path):
+    """benchmarks/startup.py times its commands whole, in fresh interpreters: each must stay a command line that
+    `diffmem`'s parser accepts, as the verb it is named after."""
+    from diffmem.cli import build_parser
+    from scripts import load_benchmark
+
+    startup = load_benchmark("startup")
+    lines = startup.commands(tmp_path / "exp")
+    assert list(lines)[0] == startup.BASELINE and lines[startup.BASELINE][1] == "-c"
+    for name, argv in list(lines.items())[1:]:
+        assert argv[1:3] == ["-m", "diffmem.cli"]
+        assert build_parser().parse_args(argv[3:]).verb == name.split()[1]
