@@ -27,7 +27,7 @@ import numpy as np
 
 from diffmem.config import RunConfig
 from diffmem.io import atomic_write_text
-from diffmem.rundir import PAIRS_FILE, ConfigFileError, RunDir, metrics_lines, pairs_lines
+from diffmem.rundir import PAIRS_FILE, ConfigFileError, RunDir, metrics_lines, not_a_folder, pairs_lines
 
 
 class RunFolderError(ValueError):
@@ -153,9 +153,8 @@ def is_run_folder(path: Path) -> bool:
 def find_run_folders(experiment_dir: str | Path) -> list[Path]:
     """Run folders of an experiment, sorted by name; the folder itself when it is a run folder."""
     root = Path(experiment_dir)
-    if not root.is_dir():
-        what = "is a file, not a folder" if root.exists() else "does not exist"
-        raise RunFolderError(f"experiment folder '{root}' {what}; pass the folder that holds the run folders")
+    if problem := not_a_folder(root):
+        raise RunFolderError(f"experiment folder '{root}' {problem}; pass the folder that holds the run folders")
     if is_run_folder(root):
         return [root]
     runs = sorted(p for p in root.iterdir() if p.is_dir() and is_run_folder(p))

@@ -28,7 +28,7 @@ from diffmem.eval_grid import evaluation_steps
 from diffmem.jobrecords import has_submissions, job_log, log_error_line, read_job, read_plan, read_submissions
 from diffmem.metrics.extractor_names import metric_label
 from diffmem.outcomes import FAILED, REQUEUED
-from diffmem.rundir import RunDir, pid_alive
+from diffmem.rundir import RunDir, not_a_folder, pid_alive
 
 STATES = ("new", "partial", "queued", "running", "cancelled", "failed", "done")
 ACTIVE_STATES = ("running", "queued")  # the states of a run whose latest job is alive
@@ -202,9 +202,8 @@ def experiment_status(experiment_dir: str | Path) -> list[RunStatus]:
     """Every run of an experiment folder: those planned by `diffmem sweep` (sweep.json) and every run folder on
     disk, sorted by name."""
     root = Path(experiment_dir)
-    if not root.is_dir():
-        what = "is a file, not a folder" if root.exists() else "does not exist"
-        raise StatusError(f"experiment folder '{root}' {what}; pass the --out folder of `diffmem sweep`")
+    if problem := not_a_folder(root):
+        raise StatusError(f"experiment folder '{root}' {problem}; pass the --out folder of `diffmem sweep`")
     planned = read_plan(root)
     for p in root.iterdir():
         if p.is_dir() and ((p / "config.json").is_file() or has_submissions(p)):

@@ -33,7 +33,8 @@ Import from ``diffmem.rundir``; the names below are its interface.
 from __future__ import annotations
 
 from diffmem.rundir.folder import (PAIRS_FILE, PAIRS_LOCK, RESTORE, RETRAIN_PREFIX, ConfigFileError, FolderError,
-                                   RunDir, StoredConfig, read_config, require_folder, written_by_newer)
+                                   RunDir, StoredConfig, not_a_folder, read_config, require_folder,
+                                   written_by_newer)
 from diffmem.rundir.records import RecordError, copies_lines, metrics_lines, pairs_lines
 from diffmem.rundir.lock import LOCK_HEARTBEAT_S, LOCK_STALE_S, RunLock, RunLocked, pid_alive
 from diffmem.rundir.state import (START_AGAIN, STATE_KEYS, StateDamaged, Trajectory, TrajectoryNotReplayable,
@@ -43,7 +44,7 @@ from diffmem.rundir.config_file import (RunConfigMismatch, check_same_config, co
 
 __all__ = [
     "PAIRS_FILE", "PAIRS_LOCK", "RESTORE", "RETRAIN_PREFIX", "ConfigFileError", "FolderError", "RunDir",
-    "StoredConfig", "read_config", "require_folder", "written_by_newer",
+    "StoredConfig", "not_a_folder", "read_config", "require_folder", "written_by_newer",
     "RecordError", "copies_lines", "metrics_lines", "pairs_lines",
     "LOCK_HEARTBEAT_S", "LOCK_STALE_S", "RunLock", "RunLocked", "pid_alive",
     "START_AGAIN", "STATE_KEYS", "StateDamaged", "Trajectory", "TrajectoryNotReplayable", "UnsafeState",

@@ -44,6 +44,15 @@ def require_folder(path: str | Path, flag: str = "--out") -> None:
                           "continue)")
 
 
+def not_a_folder(path: str | Path) -> str | None:
+    """Why a folder to read is not there, for its error line: "does not exist" or "is a file, not a folder"; None
+    when ``path`` is a folder."""
+    path = Path(path)
+    if path.is_dir():
+        return None
+    return "is a file, not a folder" if path.exists() else "does not exist"
+
+
 def _version_tuple(version: Any) -> tuple[int, ...] | None:
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version) if isinstance(version, str) else None
     return tuple(int(g or 0) for g in match.groups()) if match else None
