@@ -14,7 +14,7 @@ from diffmem.analysis.coverage import (JointSetting, Setting, fit_interval, prev
 from diffmem.analysis.cellfit import RunBrackets, collinear_factor
 from diffmem.analysis.goodness import slopes_through_intervals
 from diffmem.analysis.powerlaw import (BRACKETS_SET_NOTE, COLLINEAR_NOTE, FIT_METHOD, FIT_NAMES, AnalysisError, FitSet,
-                                       PowerLawFit, fit_joint_law, fit_power_law, load_fits)
+                                       JointLawFit, PowerLawFit, fit_joint_law, fit_power_law, load_fits)
 from diffmem.analysis.advise import advise
 from diffmem.analysis.report import NARROWING, fits_made
 from diffmem.eval_grid import evaluation_steps
@@ -527,11 +527,15 @@ def test_the_joint_law_says_when_the_brackets_set_its_interval_and_the_report_re
     assert fit.beyond_brackets == 0 and fit.floored and fit.set_by_brackets
     assert "widest bracket 1.96x, n32w8" in fit.resolution_note()
     assert fit.describe().endswith("; interval set by the brackets (widest 1.96x)")
+    back = JointLawFit.from_dict(json.loads(json.dumps(fit.to_dict())))  # as the report reads it from fits.json
+    assert back.to_dict() == fit.to_dict() and back.describe() == fit.describe()
+    assert back.set_by_brackets and back.resolution_note() == fit.resolution_note()
     _, _, flagged = fits_made({"tau_mem_vs_n_and_width": fit.to_dict()}, {})
     assert flagged == [f"interval: `tau_mem_vs_n_and_width` (all runs): {fit.resolution_note()} ({NARROWING})"]
     rng = np.random.default_rng(2)
     noisy = [(r, x, y * f, lo * f, hi * f) for (r, x, y, lo, hi), f in zip(on_law, rng.lognormal(0, 0.6, 6))]
     other = fit_joint_law("tau_mem", ("n", "width"), noisy)
     assert other.beyond_brackets > 0 and not other.set_by_brackets and other.resolution_note() is None
+    assert JointLawFit.from_dict(json.loads(json.dumps(other.to_dict()))).to_dict() == other.to_dict()
     assert not [line for line in fits_made({"tau_mem_vs_n_and_width": other.to_dict()}, {})[2]
                 if line.startswith("interval")]

@@ -130,7 +130,7 @@ def resolution_note(set_by_brackets: bool, points: Sequence[tuple], brackets: Se
     return None if widest is None else BRACKETS_SET_NOTE.format(run=widest[0], ratio=widest[1])
 
 
-def brackets_suffix(points: Sequence[tuple], brackets: Sequence[tuple[str, float, float]], set_by_brackets: bool
+def brackets_suffix(set_by_brackets: bool, points: Sequence[tuple], brackets: Sequence[tuple[str, float, float]]
                     ) -> str:
     """The end of a fit's one-line description when the brackets set its interval: ``; interval set by the
     brackets (widest 1.47x)``; else empty."""
@@ -293,8 +293,8 @@ class PowerLawFit:
         text = (f"{self.quantity} ~ {self.prefactor:.3g} * {self.x_name}^{self.exponent:.3f} {ci} "
                 f"({self.n_runs} runs in {len(self.cells)} cells, t {self.df} df"
                 + (f", {len(self.censored)} censored left out" if self.censored else "") + ")")
-        return text + (f"; {self.gof.summary()}" if self.gof else "") + brackets_suffix(self.points, self.brackets,
-                                                                                       self.set_by_brackets)
+        return text + (f"; {self.gof.summary()}" if self.gof else "") + brackets_suffix(self.set_by_brackets,
+                                                                                       self.points, self.brackets)
 
 
 def used_brackets(kept: Sequence[tuple], brackets: Mapping[str, tuple[float, float]] | None
@@ -423,6 +423,37 @@ class JointLawFit:
         """As :meth:`PowerLawFit.resolution_note`."""
         return resolution_note(self.set_by_brackets, self.points, self.brackets)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JointLawFit:
+        """The fit of :meth:`to_dict` (as :meth:`PowerLawFit.from_dict`; AnalysisError when malformed)."""
+        try:
+            names = tuple(d["x"])
+
+            def per_name(key: str) -> tuple | None:
+                return None if d.get(key) is None else tuple(d[key][name] for name in names)
+
+            def xs(entry: dict[str, Any]) -> tuple[float, ...]:
+                return tuple(float(entry[name]) for name in names)
+
+            return cls(
+                quantity=d["quantity"], x_names=names,
+                points=tuple((p["run"], xs(p), float(p["y"]), p.get("y_lo"), p.get("y_hi"))
+                             for p in d.get("points", [])),
+                censored=tuple((c["run"], xs(c), c.get("lower_bound")) for c in d.get("censored", [])),
+                excluded=tuple((e["run"], e["reason"]) for e in d.get("excluded", [])),
+                exponents=per_name("exponents"), exponents_lo=per_name("exponents_lo"),
+                exponents_hi=per_name("exponents_hi"), prefactor=d.get("prefactor"), reason=d.get("reason"),
+                ci=float(d.get("ci", 0.95)), df=d.get("df"), scatter=d.get("scatter_log10"),
+                cells=tuple(Cell(xs(c), tuple(c["runs"]), math.log10(c["geometric_mean"]), c.get("spread_log10"))
+                            for c in d.get("cells", [])),
+                gof=GoodnessOfFit.from_dict(d["goodness_of_fit"]) if d.get("goodness_of_fit") else None,
+                beyond_brackets=d.get("scatter_beyond_brackets_log10"),
+                floored=bool(d.get("interval_floored_by_brackets")), factor=float(d.get("collinear_factor", 1.0)),
+                brackets=brackets_of(d.get("points", [])),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise AnalysisError(f"a joint law in fits.json is malformed ({e!r}); rerun `diffmem analyze`") from None
+
     def describe(self) -> str:
         if not self.fitted:
             return f"{self.quantity} vs {' and '.join(self.x_names)}: not fitted ({self.reason})"
@@ -433,7 +464,7 @@ class JointLawFit:
         return (f"{self.quantity} ~ {self.prefactor:.3g} * " + " * ".join(terms)
                 + f" ({len(self.points)} runs in {len(self.cells)} cells, t {self.df} df)"
                 + (f"; {self.gof.summary()}" if self.gof else "")
-                + brackets_suffix(self.points, self.brackets, self.set_by_brackets))
+                + brackets_suffix(self.set_by_brackets, self.points, self.brackets))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -35,7 +35,7 @@ from diffmem import __version__
 from diffmem.analysis.goodness import GoodnessOfFit
 from diffmem.analysis.markdown import estimate_text, steps_text, table as _table
 from diffmem.analysis.images import images_section
-from diffmem.analysis.powerlaw import PowerLawFit, brackets_of, load_fits, resolution_note
+from diffmem.analysis.powerlaw import JointLawFit, PowerLawFit, load_fits
 from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
 from diffmem.analysis.scaling import level_keys, level_of
 from diffmem.analysis.signals_report import signals_section
@@ -187,10 +187,7 @@ def fits_made(fits_json: dict[str, Any], fits: dict[str, Any]) -> tuple[list[lis
         gof = GoodnessOfFit.from_dict(d["goodness_of_fit"]).summary() if d.get("goodness_of_fit") else "-"
         rows.append([f"`{name}`", "all runs", " and ".join(d["x"]), "; ".join(terms), f"{d['prefactor']:.3g}",
                      f"{d['n_runs']} runs in {len(d.get('cells', []))} cells", gof])
-        note = resolution_note(bool(d.get("interval_floored_by_brackets")) and None not in d["exponents_lo"].values(),
-                               [(p["run"], None, p["y"], p.get("y_lo"), p.get("y_hi")) for p in d.get("points", [])],
-                               brackets_of(d.get("points", [])))
-        if note:
+        if note := JointLawFit.from_dict(d).resolution_note():
             flagged.append(f"interval: `{name}` (all runs): {note} ({NARROWING})")
     return rows, not_fitted, flagged
 
