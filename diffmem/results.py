@@ -15,13 +15,13 @@ from diffmem.figures import make_figures
 
 
 def write_results(experiment_dir: str | Path, *, figures: bool = True, out_dir: str | Path | None = None,
-                  n_samples: int | None = None) -> Summary:
+                  n_samples: int | None = None, pdf: bool = True) -> Summary:
     """Analyze ``experiment_dir`` into ``out_dir`` (default: the experiment folder; see :func:`analyze` for
     ``n_samples``), draw its figures into ``experiment_dir/figures`` when ``figures`` and no other ``out_dir`` is
-    given, and write ``report.md`` next to summary.csv. Returns the analysis's Summary with the figures (written or
-    skipped, each with its reason) and the report's path."""
+    given (as PNG and, with ``pdf``, PDF), and write ``report.md`` next to summary.csv. Returns the analysis's
+    Summary with the figures (written or skipped, each with its reason) and the report's path."""
     experiment_dir = Path(experiment_dir)
     target = experiment_dir if out_dir is None else Path(out_dir)
     summary = analyze(experiment_dir, out_dir=out_dir, n_samples=n_samples)
-    drawn = tuple(make_figures(experiment_dir)) if figures and target == experiment_dir else ()
+    drawn = tuple(make_figures(experiment_dir, pdf=pdf)) if figures and target == experiment_dir else ()
     return dataclasses.replace(summary, figures=drawn, report=write_report(experiment_dir, target))

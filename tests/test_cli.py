@@ -95,3 +95,23 @@ def test_the_commands_that_only_read_run_folders_never_import_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"codes": [0, 0, 0, 0], "loaded": []}
+
+
+@pytest.mark.e2e
+def test_analyze_no_pdf_draws_png_only_and_removes_the_pdfs_of_an_earlier_drawing(tmp_path, capsys):
+    from diffmem.analysis.runfiles import read_figure_index
+    from diffmem.analysis.synthetic import write_synthetic_experiment
+
+    exp, figures = tmp_path / "exp", tmp_path / "exp" / "figures"
+    write_synthetic_experiment(exp, ns=[64], widths=[8], steps=20_000, n_evals=8,
+                               tau_gen=lambda n, w: 500.0, tau_mem=lambda n, w: 20.0 * n)
+    assert main(["analyze", str(exp)]) == 0
+    drawn = [e["name"] for e in read_figure_index(figures) if not e["skipped"]]
+    assert drawn and all((figures / f"{name}.pdf").is_file() for name in drawn)
+    assert main(["analyze", str(exp), "--no-pdf"]) == 0
+    capsys.readouterr()
+    index = [e for e in read_figure_index(figures) if not e["skipped"]]
+    assert [e["name"] for e in index] == drawn and all(e["files"] == [f"{e['name']}.png"] for e in index)
+    assert not list(figures.glob("*.pdf")) and all((figures / f"{name}.png").stat().st_size > 0 for name in drawn)
+    report = (exp / "report.md").read_text()
+    assert "[PDF](" not in report and all(f"figures/{name}.png)" in report for name in drawn)

@@ -14,6 +14,7 @@ from diffmem.analysis.runfiles import read_csv
 from diffmem.analysis.synthetic import write_synthetic_experiment
 from diffmem.figures import laws as law_figures
 from diffmem.figures.experiment_files import load_experiment_files
+from diffmem.figures.style import FigureOutput
 from diffmem.results import write_results
 
 WHOLE_GRID = ("tau_mem_vs_n_over_width",)  # a law in x = N / W: over every run by construction
@@ -111,8 +112,9 @@ def test_the_figures_draw_only_laws_over_comparable_runs(uneven, tmp_path, monke
 
     monkeypatch.setattr(law_figures, "draw_fit", recording)
     data = load_experiment_files(root)
-    assert not law_figures.plot_scaling(data, tmp_path).skipped
-    assert not law_figures.plot_width(data, tmp_path).skipped
+    out = FigureOutput(tmp_path, pdf=False)
+    assert not law_figures.plot_scaling(data, out).skipped
+    assert not law_figures.plot_width(data, out).skipped
     assert {f.x_name for f in drawn} == {"n", "width"}
     assert {(f.quantity, f.x_name) for f in drawn} >= {("tau_gen", "width"), ("tau_mem", "width")}
     for fit in drawn:

@@ -18,6 +18,7 @@ from diffmem.figures.gallery import gallery_steps, grid_steps, usable_timescales
 from diffmem.figures.laws import plot_width
 from diffmem.figures.loss_gap import plot_loss_gap
 from diffmem.figures.phase import classify_phase, f_mem_at, memorizing_at
+from diffmem.figures.style import FigureOutput
 from diffmem.figures.window import plot_window, quality_label
 from diffmem.analysis import analyze
 from diffmem.results import write_results
@@ -62,8 +63,8 @@ def test_figures_without_data_are_skipped_with_a_reason(tmp_path):
                                record_losses=False, tau_gen=lambda n, w: 2e3, tau_mem=lambda n, w: 30.0 * n)
     analyze(tmp_path)
     data = load_experiment_files(tmp_path)
-    out = tmp_path / "figures"
-    out.mkdir()
+    (tmp_path / "figures").mkdir()
+    out = FigureOutput(tmp_path / "figures")
     width = plot_width(data, out)
     assert width.skipped and "one width" in width.skipped and not width.files
     loss = plot_loss_gap(data, out)
@@ -131,7 +132,7 @@ def n_sweep(tmp_path_factory):
     write_synthetic_experiment(root, [16, 32, 64, 128], widths=[8], seeds=[0, 1, 2], n_evals=24,
                                steps=lambda n, w: max(5000, 250 * n), tau_gen=lambda n, w: 700 * (n / 16) ** -0.15,
                                tau_mem=lambda n, w: 80.0 * n, fid_extractor="diffmem-pixels")
-    return root, write_results(root)
+    return root, write_results(root, pdf=False)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +143,7 @@ def width_sweep(tmp_path_factory):
     write_synthetic_experiment(root, [32], widths=[8, 16, 32], n_evals=23, steps=8000,
                                fid_extractor="diffmem-randconv-v1",
                                tau_gen=lambda n, w: 1600.0 * 8 / w, tau_mem=lambda n, w: 1800.0 * (8 / w) ** 0.3)
-    return root, write_results(root)
+    return root, write_results(root, pdf=False)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def pair_experiment(tmp_path_factory):
                                          steps=lambda n, w: max(5000, 300 * n), tau_gen=lambda n, w: 700.0,
                                          tau_mem=lambda n, w: 80.0 * n)
     pairs = write_synthetic_pairs(root, planted, tau_bias=lambda n, w: None if n == 256 else 20.0 * n, n_evals=24)
-    return root, write_results(root), pairs
+    return root, write_results(root, pdf=False), pairs
 
 
 @pytest.mark.e2e
@@ -180,7 +181,7 @@ def test_the_committed_reference_experiment_drawn_by_todays_code_passes_the_mech
     source = Path(__file__).resolve().parents[1] / "results" / "cpu_digits_2"
     root = tmp_path / source.name
     shutil.copytree(source, root, ignore=shutil.ignore_patterns("figures", "checkpoints", "*.pt"))
-    drawn = make_figures(root)
+    drawn = make_figures(root, pdf=False)
     assert {r.name for r in drawn if r.skipped} == {"pairs"}
     problems = []
     for result in drawn:
@@ -329,7 +330,7 @@ def gallery_experiment(tmp_path_factory):
     write_synthetic_run(root / "n01024_w08_s0", n=1024, width=8, steps=50_000, tau_gen=2000.0, tau_mem=None,
                         n_evals=20, sample_grids=True)
     shutil.rmtree(root / "n00256_w08_s0" / "samples")
-    return root, write_results(root)
+    return root, write_results(root, pdf=False)
 
 
 def _red_frames(image: np.ndarray, size: int) -> int:
@@ -356,7 +357,7 @@ def test_gallery_shows_the_stored_grids_before_inside_and_after(gallery_experime
     data = load_experiment_files(root)
     for name, run in (("gallery_n00064_w08", "n00064_w08_s0"), ("gallery_n00256_w08", "n00256_w08_s1")):
         result = results[name]
-        assert result.skipped is None and [p.name for p in result.files] == [f"{name}.png", f"{name}.pdf"]
+        assert result.skipped is None and [p.name for p in result.files] == [f"{name}.png"]
         assert figure_problems(result.figure, name=name) == []
         assert run in result.figure.get_suptitle()  # N = 256's seed 0 has no grids: seed 1 is shown
         (row,) = [r for r in data.rows if r["run"] == run]
@@ -398,7 +399,7 @@ def test_pairs_figure_marks_tau_bias_and_the_members_timescales(pair_experiment)
     tau_gen (squares) and tau_mem (triangles) on the same curves."""
     root, summary, planted = pair_experiment
     (result,) = [r for r in summary.figures if r.name == "pairs"]
-    assert result.skipped is None and [p.suffix for p in result.files] == [".png", ".pdf"]
+    assert result.skipped is None and [p.suffix for p in result.files] == [".png"]
     rows = {r["run"]: r for r in read_csv(root / "summary.csv")}
     bias_ax, distance_ax, own_ax = result.figure.axes[:3]
     assert bias_ax.get_xscale() == "log" and "bias" in bias_ax.get_ylabel()

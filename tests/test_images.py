@@ -145,7 +145,7 @@ def experiment(tmp_path_factory):
     torn = planted[0].path / "copies.jsonl"
     torn.write_text(torn.read_text() + '{"step": 99, "n_sam')
     with pytest.warns(UserWarning, match="copies.jsonl: skipping a truncated last line"):
-        summary = write_results(root)
+        summary = write_results(root, pdf=False)
     return root, planted, steps, plan, summary
 
 
@@ -198,7 +198,7 @@ def test_image_figures_are_drawn_and_readable(experiment):
 def test_an_experiment_without_copies_has_no_image_output(tmp_path):
     write_synthetic_experiment(tmp_path, [16], widths=[8], steps=1000, n_evals=5, tau_gen=lambda n, w: 100.0,
                                tau_mem=lambda n, w: 500.0)
-    summary = write_results(tmp_path)
+    summary = write_results(tmp_path, pdf=False)
     assert not (tmp_path / "images").exists() and "images" not in json.loads((tmp_path / "fits.json").read_text())
     assert "Which images" not in (tmp_path / "report.md").read_text()
     assert not any(f.name.startswith(("copied", "first_copy")) for f in summary.figures)
@@ -262,7 +262,7 @@ def test_data_that_are_not_those_the_run_trained_on_give_no_descriptors_and_no_g
     config = planted[0].path / "config.json"
     meta = json.loads(config.read_text())
     config.write_text(json.dumps({**meta, "dataset_sha256": "0" * 64}))  # seed 0 trained on other data
-    summary = write_results(tmp_path)
+    summary = write_results(tmp_path, pdf=False)
     other, good = (read_csv(tmp_path / "images" / f"{run.name}.csv") for run in planted)
     assert [r["first_copy_step"] for r in other[:3]] == [steps[2], steps[2], steps[3]]  # the copies still read
     assert all(r[d] is None for r in other for d in DESCRIPTORS)
@@ -273,6 +273,6 @@ def test_data_that_are_not_those_the_run_trained_on_give_no_descriptors_and_no_g
     assert gallery.skipped is None and gallery.figure._suptitle.get_text().startswith(f"{planted[1].name}:")
     config = planted[1].path / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "dataset_sha256": "1" * 64}))
-    gallery = {f.name: f for f in write_results(tmp_path).figures}["copied_images_n00016_w08"]
+    gallery = {f.name: f for f in write_results(tmp_path, pdf=False).figures}["copied_images_n00016_w08"]
     assert gallery.figure is None and all(f"{run.name}: the training images cannot be loaded (the data found"
                                           in gallery.skipped for run in planted)

@@ -162,7 +162,7 @@ def pair_experiment(tmp_path_factory):
     planted = write_synthetic_experiment(root, [32, 128, 512], widths=[8], steps=100_000, n_evals=20,
                                          tau_gen=lambda n, w: 1500.0, tau_mem=lambda n, w: 100.0 * n)
     pairs = write_synthetic_pairs(root, planted, tau_bias=lambda n, w: None if n == 512 else 20.0 * n, n_evals=20)
-    write_results(root)
+    write_results(root, pdf=False)
     return root, pairs, (root / "report.md").read_text()
 
 

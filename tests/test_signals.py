@@ -20,7 +20,7 @@ from diffmem.analysis.timescales import Estimate, estimate_run
 from diffmem.figures import load_experiment_files
 from diffmem.figures.checks import figure_problems
 from diffmem.figures.signals import plot_signals
-from diffmem.figures.style import STYLE
+from diffmem.figures.style import STYLE, FigureOutput
 
 LOSS_TS = (0.01, 0.1, 1.0)
 
@@ -172,7 +172,7 @@ def test_old_folders_without_the_keys_analyze_as_before(tmp_path):
     fits = json.loads((tmp_path / "fits.json").read_text())
     assert "calibration" not in fits and not any("auc" in k or "lag" in k or "gap" in k for k in fits)
     assert "Sampling-free" not in report_text(tmp_path)
-    assert plot_signals(load_experiment_files(tmp_path), tmp_path) == []
+    assert plot_signals(load_experiment_files(tmp_path), FigureOutput(tmp_path)) == []
 
 
 def test_the_figures_are_drawn_and_readable(constant_lag):
@@ -180,10 +180,10 @@ def test_the_figures_are_drawn_and_readable(constant_lag):
     out = root / "figures"
     out.mkdir(exist_ok=True)
     with mpl.rc_context(STYLE):  # as make_figures draws them
-        results = {r.name: r for r in plot_signals(load_experiment_files(root), out)}
+        results = {r.name: r for r in plot_signals(load_experiment_files(root), FigureOutput(out, pdf=False))}
     assert set(results) == {"signals_gap_w08", "signals_auc_w08", "signals_calibration"}
     for name, result in results.items():
-        assert result.skipped is None and [p.suffix for p in result.files] == [".png", ".pdf"]
+        assert result.skipped is None and [p.suffix for p in result.files] == [".png"]
         assert figure_problems(result.figure, expect_intervals=name != "signals_gap_w08", name=name) == []
     # the gap map marks tau_gap(t) of each level that opened: two white circles per panel
     gap = results["signals_gap_w08"].figure

@@ -295,7 +295,7 @@ def test_pairs_then_kill_and_rerun_then_analyze(trained, tmp_path, capsys):
     from diffmem.figures import make_figures
     from diffmem.figures.checks import figure_problems
 
-    figures = {r.name: r for r in make_figures(exp)}
+    figures = {r.name: r for r in make_figures(exp, pdf=False)}
     assert figures["pairs"].skipped is None
     for name in ("pairs", "window_w08"):
         assert figure_problems(figures[name].figure, name=name, expect_intervals=True) == []

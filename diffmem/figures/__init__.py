@@ -1,8 +1,8 @@
 """Every figure of an experiment, drawn from the files on disk only (summary.csv, fits.json, metrics.jsonl,
 pairs.jsonl, the runs' stored sample grids).
 
-``make_figures(experiment_dir)``, the one entry point, writes PNG (200 dpi) and PDF files into
-``experiment_dir/figures/`` and returns one :class:`FigureResult` per figure, written or skipped with the reason
+``make_figures(experiment_dir)``, the one entry point, writes PNG (200 dpi) and PDF files (``pdf=False``: PNG only)
+into ``experiment_dir/figures/`` and returns one :class:`FigureResult` per figure, written or skipped with the reason
 (e.g. width.png with a single width). One module per family of figure:
 
 - :mod:`~diffmem.figures.window`: ``window_w{W}`` (FID/FD and f_mem against the step with each N's generalization
@@ -41,7 +41,7 @@ from diffmem.figures.loss_gap import plot_loss_gap
 from diffmem.figures.pairs import plot_pairs
 from diffmem.figures.phase import plot_phase
 from diffmem.figures.signals import plot_signals
-from diffmem.figures.style import STYLE, FigureResult
+from diffmem.figures.style import STYLE, FigureOutput, FigureResult
 from diffmem.figures.window import plot_collapse, plot_window
 
 __all__ = ["ExperimentFiles", "FigureResult", "PlotError", "load_experiment_files", "make_figures"]
@@ -49,25 +49,27 @@ __all__ = ["ExperimentFiles", "FigureResult", "PlotError", "load_experiment_file
 
 def make_figures(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
                  phase_threshold: float | None = None,
-                 phase_times: Sequence[float] | None = None) -> list[FigureResult]:
+                 phase_times: Sequence[float] | None = None, pdf: bool = True) -> list[FigureResult]:
     """Draw every figure of ``experiment_dir`` (after `diffmem analyze`) into ``out_dir`` (default
-    ``experiment_dir/figures``) and list them, drawn or skipped with the reason, in ``out_dir/index.json``
-    (diffmem.analysis.runfiles.FIGURE_INDEX, read by the report page); each result keeps its Figure.
+    ``experiment_dir/figures``), as PNG and, with ``pdf``, PDF (:class:`~diffmem.figures.style.FigureOutput`), and
+    list them, drawn or skipped with the reason, in ``out_dir/index.json`` (diffmem.analysis.runfiles.FIGURE_INDEX,
+    read by the report page); each result keeps its Figure.
     ``phase_threshold``: see :func:`diffmem.figures.phase.memorizing_at` (None: tau_mem's rule); ``phase_times``: the
     training times (steps) of the (N, p) panels."""
     data = load_experiment_files(experiment_dir)
     out_dir = data.directory / "figures" if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    out = FigureOutput(out_dir, pdf=pdf)
     with mpl.rc_context(STYLE):
-        results = [plot_window(data, w, out_dir) for w in data.widths]
-        results.append(plot_collapse(data, out_dir))
-        results.append(plot_scaling(data, out_dir))
-        results.append(plot_width(data, out_dir))
-        results.append(plot_phase(data, out_dir, threshold=phase_threshold, times=phase_times))
-        results.append(plot_loss_gap(data, out_dir))
-        results.append(plot_pairs(data, out_dir))
-        results += plot_signals(data, out_dir)
-        results += plot_galleries(data, out_dir)
-        results += plot_images(data, out_dir)
+        results = [plot_window(data, w, out) for w in data.widths]
+        results.append(plot_collapse(data, out))
+        results.append(plot_scaling(data, out))
+        results.append(plot_width(data, out))
+        results.append(plot_phase(data, out, threshold=phase_threshold, times=phase_times))
+        results.append(plot_loss_gap(data, out))
+        results.append(plot_pairs(data, out))
+        results += plot_signals(data, out)
+        results += plot_galleries(data, out)
+        results += plot_images(data, out)
     write_figure_index(out_dir, ((r.name, [p.name for p in r.files], r.skipped) for r in results))
     return results

@@ -4,7 +4,6 @@ window and after tau_mem, upscaled without smoothing."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib.image
@@ -14,7 +13,7 @@ from matplotlib.figure import Figure
 
 from diffmem.analysis.runfiles import RunRecord
 from diffmem.figures.experiment_files import ExperimentFiles
-from diffmem.figures.style import FigureResult, save_figure
+from diffmem.figures.style import FigureOutput, FigureResult
 
 
 GALLERY_PHASES = ("before tau_gen", "inside the window", "after tau_mem")
@@ -94,7 +93,7 @@ def _panel_title(phase: str, step: int, evaluation: dict[str, Any]) -> str:
     return text
 
 
-def plot_gallery(data: ExperimentFiles, n: int, width: int, out_dir: Path) -> FigureResult:
+def plot_gallery(data: ExperimentFiles, n: int, width: int, out: FigureOutput) -> FigureResult:
     """The memorization gallery of one cell (N, W): the stored sample grids of one of its runs at the three
     checkpoints of :func:`gallery_steps`, one panel each (titled with its step and f_mem with its 95 % interval),
     upscaled by an integer factor without smoothing (nearest neighbour). The run is the cell's lowest seed that has
@@ -109,13 +108,13 @@ def plot_gallery(data: ExperimentFiles, n: int, width: int, out_dir: Path) -> Fi
         if why is None:
             chosen = gallery_steps(steps, row)
             if any(chosen.values()):
-                return _draw_gallery(record, row, chosen, out_dir, name)
+                return _draw_gallery(record, row, chosen, out, name)
             why = "no stored grid before tau_gen, inside the window or after tau_mem"
         reasons.append(f"{row['run']}: {why}")
     return FigureResult(name, skipped="; ".join(reasons))
 
 
-def _draw_gallery(record: RunRecord, row: dict[str, Any], chosen: dict[str, int | None], out_dir: Path,
+def _draw_gallery(record: RunRecord, row: dict[str, Any], chosen: dict[str, int | None], out: FigureOutput,
                   name: str) -> FigureResult:
     images = {phase: matplotlib.image.imread(record.path / "samples" / f"step_{step:09d}.png")
               for phase, step in chosen.items() if step is not None}
@@ -140,13 +139,13 @@ def _draw_gallery(record: RunRecord, row: dict[str, Any], chosen: dict[str, int 
                  f"$\\tau_\\mathrm{{mem}}$ = {row['tau_mem']:.0f} steps\n"
                  f"rows of samples, each above its nearest training image; red frame: a copy "
                  f"($d_1/d_2 < {threshold:.2g}$)", fontsize=8)
-    return save_figure(fig, out_dir, name)
+    return out.save(fig, name)
 
 
-def plot_galleries(data: ExperimentFiles, out_dir: Path) -> list[FigureResult]:
+def plot_galleries(data: ExperimentFiles, out: FigureOutput) -> list[FigureResult]:
     """One :func:`plot_gallery` per cell (N, W); one skipped result named ``gallery`` when no run of the experiment
     has stored sample grids."""
     if not any(grid_steps(rec) for rec in data.records.values()):
         return [FigureResult("gallery", skipped="no run has stored sample grids (samples/step_*.png)")]
     cells = sorted({(r["n"], r["width"]) for r in data.rows}, key=lambda c: (c[1], c[0]))
-    return [plot_gallery(data, n, w, out_dir) for n, w in cells]
+    return [plot_gallery(data, n, w, out) for n, w in cells]

@@ -13,7 +13,6 @@ run's train set rebuilt from its config. Nothing is drawn for an experiment with
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,8 +24,8 @@ from diffmem.analysis.images import DENSITY_K, IMAGES_DIR, train_pixels
 from diffmem.analysis.runfiles import read_csv, read_json
 from diffmem.figures.experiment_files import ExperimentFiles
 from diffmem.rundir import RunDir
-from diffmem.figures.style import (FigureResult, finite_points, legend_by_n, mark_interval, n_colors, new_figure,
-                                   readable_log_axis, save_figure)
+from diffmem.figures.style import (FigureOutput, FigureResult, finite_points, legend_by_n, mark_interval, n_colors,
+                                   new_figure, readable_log_axis)
 
 AXIS_LABELS = {"nn_train_distance": "distance to the nearest\nother training image",
                "nn_heldout_distance": "distance to the nearest\nheld-out image",
@@ -51,7 +50,7 @@ def _tables(data: ExperimentFiles, section: dict[str, Any]) -> dict[str, list[di
             if run in data.records and (folder / f"{run}.csv").is_file()}
 
 
-def plot_copied_fraction(data: ExperimentFiles, section: dict[str, Any], out_dir: Path) -> FigureResult:
+def plot_copied_fraction(data: ExperimentFiles, section: dict[str, Any], out: FigureOutput) -> FigureResult:
     """The copied fraction of the training set against the step: one panel per width, per N the cell's mean over
     seeds with its 95 % band (fits.json's ``images.cells[].copied_fraction``)."""
     cells = [c for c in section.get("cells", []) if c.get("copied_fraction", {}).get("step")]
@@ -86,7 +85,7 @@ def plot_copied_fraction(data: ExperimentFiles, section: dict[str, Any], out_dir
     fig.canvas.draw()
     for ax in axes:
         readable_log_axis(ax.xaxis)
-    return save_figure(fig, out_dir, "copied_fraction")
+    return out.save(fig, "copied_fraction")
 
 
 def strongest_descriptor(section: dict[str, Any]) -> str | None:
@@ -102,7 +101,7 @@ def strongest_descriptor(section: dict[str, Any]) -> str | None:
 
 
 def plot_first_copy(data: ExperimentFiles, section: dict[str, Any], tables: dict[str, list[dict[str, Any]]],
-                    out_dir: Path) -> FigureResult:
+                    out: FigureOutput) -> FigureResult:
     """First-copy step (log) against the strongest descriptor (:func:`strongest_descriptor`), every image of every
     seed, coloured by N, one panel per width; never-copied images as open markers at :data:`NEVER_FACTOR` times the
     panel's last evaluated step."""
@@ -142,7 +141,7 @@ def plot_first_copy(data: ExperimentFiles, section: dict[str, Any], tables: dict
     fig.canvas.draw()
     for ax in axes:
         readable_log_axis(ax.xaxis)
-    return save_figure(fig, out_dir, "first_copy")
+    return out.save(fig, "first_copy")
 
 
 def gallery_order(table: Sequence[dict[str, Any]], k: int = GALLERY_IMAGES) -> tuple[list[dict], list[dict]]:
@@ -156,7 +155,7 @@ def gallery_order(table: Sequence[dict[str, Any]], k: int = GALLERY_IMAGES) -> t
 
 
 def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[str, list[dict[str, Any]]],
-                       out_dir: Path) -> FigureResult:
+                       out: FigureOutput) -> FigureResult:
     """The gallery of one cell: the first and the last training images to be copied by its lowest seed with
     copies (:func:`gallery_order`) whose training images can be loaded as it trained on them, each captioned with
     its first-copy step; skipped, saying why, when no seed copied two or none of those can be loaded."""
@@ -177,7 +176,7 @@ def plot_copied_images(data: ExperimentFiles, n: int, width: int, tables: dict[s
             unloadable.append(f"{run}: the training images cannot be loaded ({e})")
             continue
         copies = first_copy_tiles(folder, first + last, pixels.shape[-1])
-        return _draw_gallery(name, run, pixels, [("first copied", first), ("last copied", last)], copies, out_dir)
+        return _draw_gallery(name, run, pixels, [("first copied", first), ("last copied", last)], copies, out)
     return FigureResult(name, skipped="; ".join(unloadable) or "no seed copied two training images")
 
 
@@ -204,7 +203,7 @@ def first_copy_tiles(run: RunDir, rows: Sequence[dict[str, Any]], size: int) -> 
 
 
 def _draw_gallery(name: str, run: str, pixels: Any, rows: list[tuple[str, list[dict[str, Any]]]],
-                  copies: dict[int, np.ndarray], out_dir: Path) -> FigureResult:
+                  copies: dict[int, np.ndarray], out: FigureOutput) -> FigureResult:
     rows = [(label, chosen) for label, chosen in rows if chosen]
     cols = max(len(chosen) for _, chosen in rows)
     fig = Figure(figsize=(0.85 * cols + 0.4, 1.15 * len(rows) + 0.5), layout="constrained")
@@ -227,15 +226,15 @@ def _draw_gallery(name: str, run: str, pixels: Any, rows: list[tuple[str, list[d
     caption = ("each training image (left) beside its first copy (right)" if copies else
                "the images, not their copies: this run stored no first copies")
     fig.suptitle(f"{run}: training images in the order they are first copied; {caption}", fontsize=8)
-    return save_figure(fig, out_dir, name)
+    return out.save(fig, name)
 
 
-def plot_images(data: ExperimentFiles, out_dir: Path) -> list[FigureResult]:
+def plot_images(data: ExperimentFiles, out: FigureOutput) -> list[FigureResult]:
     """Every figure of this module; [] when the experiment has no copies (fits.json without ``images``)."""
     section = images_section(data)
     if section is None:
         return []
     tables = _tables(data, section)
-    results = [plot_copied_fraction(data, section, out_dir), plot_first_copy(data, section, tables, out_dir)]
+    results = [plot_copied_fraction(data, section, out), plot_first_copy(data, section, tables, out)]
     cells = sorted({(data.records[r].n, data.records[r].width) for r in tables}, key=lambda c: (c[1], c[0]))
-    return results + [plot_copied_images(data, n, w, tables, out_dir) for n, w in cells]
+    return results + [plot_copied_images(data, n, w, tables, out) for n, w in cells]

@@ -13,7 +13,6 @@ and ``by_n``), never one over runs that differ in the other setting.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,7 +21,7 @@ from matplotlib.lines import Line2D
 
 from diffmem.analysis.powerlaw import PowerLawFit
 from diffmem.figures.experiment_files import ExperimentFiles, widths_with_several_n
-from diffmem.figures.style import (FigureResult, mark_interval, n_colors, new_figure, readable_log_axis, save_figure,
+from diffmem.figures.style import (FigureOutput, FigureResult, mark_interval, n_colors, new_figure, readable_log_axis,
                                    width_colors)
 
 
@@ -151,20 +150,21 @@ def _finish_law_panel(ax, handles: list, rows: Sequence[dict[str, Any]], key: st
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
 
 
-def _save_law_figure(fig: Figure, axes: Sequence[Any], xs: Sequence[float], out_dir: Path, name: str) -> FigureResult:
+def _save_law_figure(fig: Figure, axes: Sequence[Any], xs: Sequence[float], out: FigureOutput,
+                     name: str) -> FigureResult:
     """Readable log ticks (x at ``xs``, the grid's N or W) on every panel once the layout is drawn, then save."""
     fig.canvas.draw()
     for ax in axes:
         readable_log_axis(ax.xaxis, xs)
         readable_log_axis(ax.yaxis)
-    return save_figure(fig, out_dir, name)
+    return out.save(fig, name)
 
 
 PAPER_EXPONENT_N = {"tau_mem": 1.0, "tau_gen": 0.0}
 """The paper's laws against N: tau_mem ~ N (also each level crossing), tau_gen independent of N."""
 
 
-def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
+def plot_scaling(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     """tau_mem (its onset, then each level crossing tau_mem_at_L of summary.csv) and tau_gen against N per width
     that has at least two N, with the fitted laws, their 95 % bands, goodness of fit and the paper's slope (1 for
     tau_mem, 0 for tau_gen) through the points' centroid for reference."""
@@ -210,7 +210,7 @@ def plot_scaling(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                                   label="mean over seeds (faint: each seed)"))
         _finish_law_panel(ax, handles, rows_used, key, r"training set size $N$ (images)", label,
                           [v for r in rows_used for v in (r[key], r.get(f"{key}_lo"), r.get(f"{key}_hi"))], 2.5)
-    return _save_law_figure(fig, axes, ns, out_dir, "scaling")
+    return _save_law_figure(fig, axes, ns, out, "scaling")
 
 
 # --- width ----------------------------------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ PAPER_EXPONENT_W = {"tau_gen": -1.0, "tau_mem": -1.0}
 """The paper's laws against the width W: tau_gen ~ 1/W and tau_mem / N ~ 1/W."""
 
 
-def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
+def plot_width(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     """tau_gen and tau_mem / N against W, per N, when several widths exist: the points with their 95 % intervals,
     each N's fitted law (tau_gen_vs_width and tau_mem_vs_width of that N, the latter divided by N: laws over runs of
     one N only) with its band, and the paper's 1/W through the points' centroid."""
@@ -255,4 +255,4 @@ def plot_width(data: ExperimentFiles, out_dir: Path) -> FigureResult:
                                    r"paper: $\propto 1/W$ (through the points' centroid)")
         handles += [reference] if reference else []
         _finish_law_panel(ax, handles, data.rows, key, "base width $W$ (channels)", label, all_ys, 1.6)
-    return _save_law_figure(fig, axes, data.widths, out_dir, "width")
+    return _save_law_figure(fig, axes, data.widths, out, "width")

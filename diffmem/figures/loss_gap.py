@@ -3,17 +3,16 @@ step, per N, one panel per width, each run's tau_gap marked on its test curve.""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 from matplotlib.lines import Line2D
 
 from diffmem.analysis.runfiles import RunRecord
 from diffmem.figures.experiment_files import ExperimentFiles
-from diffmem.figures.style import FigureResult, finite_points, n_colors, new_figure, readable_log_axis, save_figure
+from diffmem.figures.style import FigureOutput, FigureResult, finite_points, n_colors, new_figure, readable_log_axis
 
 
-def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
+def plot_loss_gap(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     """Train (solid) and test (dashed) loss at the fixed diffusion time against the step, per N, one panel per width,
     panels sharing the loss axis; each run's tau_gap (where the test loss leaves the train loss) as an open circle on
     its test curve."""
@@ -61,4 +60,4 @@ def plot_loss_gap(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     for ax in axes:
         readable_log_axis(ax.xaxis)
     readable_log_axis(axes[0].yaxis)
-    return save_figure(fig, out_dir, "loss_gap")
+    return out.save(fig, "loss_gap")

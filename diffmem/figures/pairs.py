@@ -6,7 +6,6 @@ bias curve with its bracket, and its members' tau_gen and tau_mem on the same cu
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,8 +15,8 @@ from diffmem.analysis.runfiles import PairRecord
 from diffmem.analysis.scaling import level_keys, level_of
 from diffmem.figures.curves import curve_legend_extras, draw_cell_curves
 from diffmem.figures.experiment_files import ExperimentFiles
-from diffmem.figures.style import (FigureResult, bias_axis, finite_points, legend_by_n, mark_interval, n_colors,
-                                   new_figure, readable_log_axis, save_figure)
+from diffmem.figures.style import (FigureOutput, FigureResult, bias_axis, finite_points, legend_by_n, mark_interval,
+                                   n_colors, new_figure, readable_log_axis)
 from diffmem.rundir import PAIRS_FILE
 
 
@@ -76,7 +75,7 @@ def _mark_pair_timescales(ax, record: PairRecord, rows: dict[str, dict[str, Any]
     return drawn
 
 
-def plot_pairs(data: ExperimentFiles, out_dir: Path) -> FigureResult:
+def plot_pairs(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     """The split pairs' measures (pairs.jsonl) against the step: bias with its 95 % band and a line at 0, pair
     distance with its band, own fraction with a line at 0.5; rows sharing the step axis, one column per width, one
     colour per N, a cell with several seeds drawn as in :func:`diffmem.figures.window.plot_window`
@@ -139,4 +138,4 @@ def plot_pairs(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     fig.canvas.draw()
     for ax in axes[-cols:]:
         readable_log_axis(ax.xaxis)
-    return save_figure(fig, out_dir, "pairs")
+    return out.save(fig, "pairs")

@@ -9,7 +9,6 @@ several N and model sizes, the (N, p) plane at a few training times; with one of
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,7 +17,7 @@ from matplotlib.lines import Line2D
 
 from diffmem.analysis.runfiles import RunRecord
 from diffmem.figures.experiment_files import ExperimentFiles, median_of
-from diffmem.figures.style import FigureResult, finite_points, new_figure, readable_log_axis, save_figure, tick_text
+from diffmem.figures.style import FigureOutput, FigureResult, finite_points, new_figure, readable_log_axis, tick_text
 
 
 def f_mem_at(record: RunRecord, step: float) -> float | None:
@@ -106,7 +105,7 @@ def _phase_legend(fig: Figure, seen: set[str], threshold: float | None) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), title=rule)
 
 
-def plot_phase(data: ExperimentFiles, out_dir: Path, *, threshold: float | None = None,
+def plot_phase(data: ExperimentFiles, out: FigureOutput, *, threshold: float | None = None,
                times: Sequence[float] | None = None) -> FigureResult:
     """Which (N, W) memorize, generalize or still learn, against training time.
 
@@ -124,11 +123,11 @@ def plot_phase(data: ExperimentFiles, out_dir: Path, *, threshold: float | None 
     if len(ns) < 2 and len(ps) < 2:
         return FigureResult("phase", skipped=f"one N ({ns[0]}) and one model size: no phase diagram")
     if len(ns) >= 2 and len(ps) >= 2:
-        return _phase_plane(data, with_p, out_dir, threshold, times)
-    return _phase_strips(data, with_p, out_dir, threshold, by_n=len(ns) >= 2)
+        return _phase_plane(data, with_p, out, threshold, times)
+    return _phase_strips(data, with_p, out, threshold, by_n=len(ns) >= 2)
 
 
-def _phase_plane(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out_dir: Path, threshold: float | None,
+def _phase_plane(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out: FigureOutput, threshold: float | None,
                  times: Sequence[float] | None) -> FigureResult:
     times = list(times) if times is not None else _phase_times(data)
     if not times:
@@ -156,10 +155,10 @@ def _phase_plane(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out_di
     for ax in axes:
         readable_log_axis(ax.xaxis, sorted({n for n, _ in groups}))
         readable_log_axis(ax.yaxis, sorted({p for _, p in groups}))
-    return save_figure(fig, out_dir, "phase")
+    return out.save(fig, "phase")
 
 
-def _phase_strips(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out_dir: Path, threshold: float | None,
+def _phase_strips(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out: FigureOutput, threshold: float | None,
                   *, by_n: bool) -> FigureResult:
     key = "n" if by_n else "width"
     values = sorted({r[key] for r in with_p})
@@ -198,4 +197,4 @@ def _phase_strips(data: ExperimentFiles, with_p: Sequence[dict[str, Any]], out_d
     _phase_legend(fig, seen, threshold)
     fig.canvas.draw()
     readable_log_axis(ax.xaxis)
-    return save_figure(fig, out_dir, "phase")
+    return out.save(fig, "phase")

@@ -12,7 +12,6 @@ per-level losses (``loss_ts`` in metrics.jsonl; :func:`plot_signals` returns not
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,8 +21,8 @@ from matplotlib.lines import Line2D
 from diffmem.analysis.runfiles import RunRecord, read_json
 from diffmem.analysis.signals import has_signals, level_series, recorded_levels
 from diffmem.figures.experiment_files import ExperimentFiles
-from diffmem.figures.style import (FigureResult, finite_points, legend_by_n, mark_interval, n_colors, new_figure,
-                                   readable_log_axis, save_figure)
+from diffmem.figures.style import (FigureOutput, FigureResult, finite_points, legend_by_n, mark_interval, n_colors,
+                                   new_figure, readable_log_axis)
 
 TAU_GEN = r"$\tau_\mathrm{gen}$"
 TAU_MEM = r"$\tau_\mathrm{mem}$"
@@ -75,7 +74,7 @@ def _mark_timescales(ax: Any, row: dict[str, Any]) -> None:
             ax.axvline(row[key], color="0.15", ls=ls, lw=1.0)
 
 
-def plot_gap_map(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
+def plot_gap_map(data: ExperimentFiles, width: int, out: FigureOutput) -> FigureResult:
     """``signals_gap_w{W}`` (module docstring)."""
     name = f"signals_gap_w{width:02d}"
     rows = _first_seeds(data, width)
@@ -111,7 +110,7 @@ def plot_gap_map(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResu
     for ax in axes:
         readable_log_axis(ax.xaxis)
     readable_log_axis(axes[0].yaxis, [float(t) for m in maps for t in m[2]])
-    return save_figure(fig, out_dir, name)
+    return out.save(fig, name)
 
 
 def _auc_runs(data: ExperimentFiles, width: int) -> dict[int, list[dict[str, Any]]]:
@@ -123,7 +122,7 @@ def _auc_runs(data: ExperimentFiles, width: int) -> dict[int, list[dict[str, Any
     return out
 
 
-def plot_auc(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
+def plot_auc(data: ExperimentFiles, width: int, out: FigureOutput) -> FigureResult:
     """``signals_auc_w{W}`` (module docstring)."""
     name = f"signals_auc_w{width:02d}"
     by_n = _auc_runs(data, width)
@@ -158,7 +157,7 @@ def plot_auc(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
     fig.canvas.draw()
     for ax in axes:
         readable_log_axis(ax.xaxis)
-    return save_figure(fig, out_dir, name)
+    return out.save(fig, name)
 
 
 def _point(row: dict[str, Any], key: str) -> tuple[float, float, float] | None:
@@ -171,7 +170,7 @@ def _point(row: dict[str, Any], key: str) -> tuple[float, float, float] | None:
     return value, value - lo, hi - value
 
 
-def plot_calibration(data: ExperimentFiles, out_dir: Path) -> FigureResult:
+def plot_calibration(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     """``signals_calibration`` (module docstring)."""
     name = "signals_calibration"
     colors = n_colors(data.ns)
@@ -213,15 +212,15 @@ def plot_calibration(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     fig.canvas.draw()
     readable_log_axis(ax.xaxis)
     readable_log_axis(ax.yaxis)
-    return save_figure(fig, out_dir, name)
+    return out.save(fig, name)
 
 
-def plot_signals(data: ExperimentFiles, out_dir: Path) -> list[FigureResult]:
+def plot_signals(data: ExperimentFiles, out: FigureOutput) -> list[FigureResult]:
     """Every figure of the module docstring, drawn or skipped with the reason; [] when no run recorded the
     per-level losses or the membership AUC (older folders: nothing to draw, nothing to say)."""
     if not any(has_signals(rec.evaluations) for rec in data.records.values()):
         return []
-    results = [plot_gap_map(data, w, out_dir) for w in data.widths]
-    results += [plot_auc(data, w, out_dir) for w in data.widths]
-    results.append(plot_calibration(data, out_dir))
+    results = [plot_gap_map(data, w, out) for w in data.widths]
+    results += [plot_auc(data, w, out) for w in data.widths]
+    results.append(plot_calibration(data, out))
     return results

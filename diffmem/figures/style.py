@@ -1,7 +1,7 @@
 """What every figure shares: the matplotlib settings (:data:`STYLE`), the figure and its panels (:func:`new_figure`,
 drawn off-screen on the Agg canvas, no pyplot state), the colours of N and W, the readable log, f_mem and bias axes,
 the legend by N, the interval mark that :mod:`diffmem.figures.checks` looks for, and the writing of a figure as PNG
-and PDF (:func:`save_figure`, one :class:`FigureResult` per figure).
+and PDF (:class:`FigureOutput`, one :class:`FigureResult` per figure).
 
 Used by every figure module of :mod:`diffmem.figures` and by the theory's figures (:mod:`diffmem.theory.figures`).
 """
@@ -35,7 +35,7 @@ PANEL = (3.4, 2.6)  # inches per panel
 
 @dataclass(frozen=True)
 class FigureResult:
-    """One figure: the files written (PNG and PDF), or why it was skipped (``files`` empty, one line).
+    """One figure: the files written (PNG, and PDF unless left out), or why it was skipped (``files`` empty, one line).
 
     ``figure``: the matplotlib Figure that was written (None when skipped), for checks such as
     :func:`diffmem.figures.checks.figure_problems`; not compared and not shown in the repr."""
@@ -162,17 +162,29 @@ def new_figure(n_panels: int, *, rows: int = 1, size: tuple[float, float] = PANE
     return fig, axes[:n_panels]
 
 
-def save_figure(fig: Figure, out_dir: Path, name: str) -> FigureResult:
-    """Write ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``, each atomically (the PDF without a creation
-    date, so that redrawing unchanged data leaves the file unchanged); the result keeps ``fig``."""
-    files = []
-    for fmt in ("png", "pdf"):
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else None)
-        path = out_dir / f"{name}.{fmt}"
-        atomic_write_bytes(path, buffer.getvalue())
-        files.append(path)
-    return FigureResult(name, tuple(files), figure=fig)
+@dataclass(frozen=True)
+class FigureOutput:
+    """Where figures are written and in which formats: ``directory/name.png`` always (200 dpi; report.md shows it),
+    and ``directory/name.pdf`` unless ``pdf`` is False (Type 42 fonts, for papers; about half of `diffmem analyze`'s
+    time: docs/performance.md)."""
+
+    directory: Path
+    pdf: bool = True
+
+    def save(self, fig: Figure, name: str) -> FigureResult:
+        """Write ``fig`` as PNG and, with ``pdf``, PDF, each atomically (the PDF without a creation date, so that
+        redrawing unchanged data leaves the file unchanged); without ``pdf``, an older ``name.pdf`` is removed, so
+        that no PDF in ``directory`` is older than its PNG. The result keeps ``fig``."""
+        files = []
+        for fmt in ("png", "pdf") if self.pdf else ("png",):
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else None)
+            path = self.directory / f"{name}.{fmt}"
+            atomic_write_bytes(path, buffer.getvalue())
+            files.append(path)
+        if not self.pdf:
+            (self.directory / f"{name}.pdf").unlink(missing_ok=True)
+        return FigureResult(name, tuple(files), figure=fig)
 
 
 def finite_points(x: np.ndarray, *ys: np.ndarray) -> np.ndarray:

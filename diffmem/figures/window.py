@@ -7,7 +7,6 @@
 The quality axis is labelled with :func:`diffmem.metrics.extractor_names.metric_label` (:func:`quality_label`)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -17,8 +16,8 @@ from matplotlib.figure import Figure
 from diffmem.analysis.runfiles import RunRecord
 from diffmem.figures.curves import curve_legend_extras, draw_cell_curves
 from diffmem.figures.experiment_files import ExperimentFiles, median_of, widths_with_several_n
-from diffmem.figures.style import (FigureResult, f_mem_axis, finite_points, legend_by_n, mark_interval, n_colors,
-                                   new_figure, readable_log_axis, save_figure)
+from diffmem.figures.style import (FigureOutput, FigureResult, f_mem_axis, finite_points, legend_by_n, mark_interval,
+                                   n_colors, new_figure, readable_log_axis)
 from diffmem.metrics.extractor_names import metric_label
 
 
@@ -68,7 +67,7 @@ def _mark_tau_bias(ax, pair_rows: Sequence[dict[str, Any]], y: float, color) -> 
     return "bound"
 
 
-def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResult:
+def plot_window(data: ExperimentFiles, width: int, out: FigureOutput) -> FigureResult:
     """FID/FD (with its 95 % sampling band where recorded) and f_mem (symlog, with its 95 % bootstrap band) against the
     step for every N at one width, and a strip with each N's window [tau_gen, tau_mem] and their 95 % intervals. A cell
     with several seeds draws each seed thin and their mean bold with its 95 % interval over seeds
@@ -157,12 +156,12 @@ def plot_window(data: ExperimentFiles, width: int, out_dir: Path) -> FigureResul
     readable_log_axis(ax_win.xaxis)
     if ax_fid is not None:
         readable_log_axis(ax_fid.yaxis)
-    return save_figure(fig, out_dir, name)
+    return out.save(fig, name)
 
 
 # --- collapse -------------------------------------------------------------------------------------------------------
 
-def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
+def plot_collapse(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     """f_mem (symlog, with its 95 % band) against step / N, one panel per width that has at least two N (several seeds:
     each thin, their mean bold, as in :func:`plot_window`); the x axis starts at half the earliest onset interval's
     lower end (tau_mem_lo / N), where the curves leave 0."""
@@ -203,4 +202,4 @@ def plot_collapse(data: ExperimentFiles, out_dir: Path) -> FigureResult:
     fig.canvas.draw()
     for ax in axes:
         readable_log_axis(ax.xaxis)
-    return save_figure(fig, out_dir, "collapse")
+    return out.save(fig, "collapse")

@@ -21,7 +21,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from diffmem.analysis.runfiles import read_csv, read_json
 from diffmem.analysis.powerlaw import PowerLawFit
 from diffmem.figures.laws import draw_fit
-from diffmem.figures.style import STYLE, n_colors, new_figure, save_figure
+from diffmem.figures.style import STYLE, FigureOutput, n_colors, new_figure
 
 TAU_LABEL = r"training time $\tau = k\,\eta / d^2$"
 
@@ -77,7 +77,7 @@ def plot_spectrum(out_dir: Path, spectrum: dict[str, Any]) -> Path:
     ax.set_title(f"$\\psi_p$ = {spectrum['psi_p']:g}, $\\psi_n$ = {spectrum['psi_n']:g}, d = {spectrum['d']}, "
                  f"t = {spectrum['t']:g}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6)
-    return save_figure(fig, out_dir, "spectrum").files[0]
+    return FigureOutput(out_dir).save(fig, "spectrum").files[0]
 
 
 def plot_loss_curves(out_dir: Path, curves: list[dict[str, Any]], rows: list[dict[str, Any]]) -> Path:
@@ -115,7 +115,7 @@ def plot_loss_curves(out_dir: Path, curves: list[dict[str, Any]], rows: list[dic
     handles = [Line2D([], [], color=colors[k], label=f"{k:g}") for k in groups]
     handles += [Line2D([], [], color="0.3", label="train"), Line2D([], [], color="0.3", ls="--", label="test")]
     axes[0].legend(handles=handles, title=r"$\psi_n$", loc="lower left")
-    return save_figure(fig, out_dir, "loss_curves").files[0]
+    return FigureOutput(out_dir).save(fig, "loss_curves").files[0]
 
 
 def _points(ax, rows, key, color, marker, label) -> None:
@@ -139,7 +139,7 @@ def plot_timescales(out_dir: Path, rows: list[dict[str, Any]], fits: dict[str, P
     ax.set_xlabel(r"$\psi_n = n / d$")
     ax.set_ylabel(TAU_LABEL)
     ax.legend(loc="best", fontsize=6)
-    return save_figure(fig, out_dir, "timescales").files[0]
+    return FigureOutput(out_dir).save(fig, "timescales").files[0]
 
 
 def exponent_text(exponent: float, lo: Any, hi: Any) -> str:
@@ -182,7 +182,7 @@ def plot_theory_vs_unet(out_dir: Path, rows: list[dict[str, Any]], fits: dict[st
     ax.set_xlabel(r"data size relative to the smallest ($\psi_n$ or $N$)")
     ax.set_ylabel(r"$\tau_\mathrm{mem}$ relative to the smallest size")
     ax.legend(loc="upper left", fontsize=6)
-    return save_figure(fig, out_dir, "theory_vs_unet").files[0]
+    return FigureOutput(out_dir).save(fig, "theory_vs_unet").files[0]
 
 
 def make_theory_figures(sweep_dir: str | Path, *, compare: str | Path | None = None) -> dict[str, str]:
