@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-figures", action="store_true", help="write summary.csv and fits.json only")
     p.add_argument("--no-pdf", action="store_true",
                    help="draw the figures as PNG only (the report shows the PNGs), in about half the time, e.g. "
-                        "while a sweep runs; the PDFs of an earlier drawing are removed")
+                        "while a sweep runs; an older PDF of each figure drawn is removed")
     p.add_argument("--out", metavar="DIR", help="write summary.csv and fits.json into this existing folder instead "
                    "(no figures)")
     p.add_argument("--n-samples", type=_positive_int, metavar="M",
