@@ -26,13 +26,13 @@ from diffmem.device import resolve_device
 from diffmem.diffusion import Diffusion
 from diffmem.io import append_jsonl, refuse_unappendable
 from diffmem.metrics.fid import fid_sets, make_reference_key
-from diffmem.metrics.losses import level_gaps, loss_gap, per_image_losses
-from diffmem.metrics.membership import membership_aucs
+from diffmem.metrics.levels import level_reading
+from diffmem.metrics.losses import loss_gap
 from diffmem.copyrecord import CopyHistory, append_copies
 from diffmem.metrics.memorization import memorized_fraction
 from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
-from diffmem.rundir import RunDir, RunLock
+from diffmem.rundir import RunDir, RunLock, append_image_losses
 from diffmem.samplegrid import GRID_PAIRS, write_sample_grid
 from diffmem.tensorboard import live as tensorboard_live
 from diffmem.eval_grid import evaluation_steps
@@ -121,13 +121,15 @@ class Evaluator:
         e = cfg.eval
         self.train_x = to_model(splits.train, splits.mean).to(device) if train_x is None else train_x
         self.test_x = to_model(splits.heldout[:e.loss_n_test], splits.mean).to(device)
+        self.control_x = to_model(splits.control, splits.mean).to(device) if len(splits.control) else None
         self.loss_step = diffusion.step_for_time(e.loss_t)
         self.loss_steps = [diffusion.step_for_time(t) for t in e.loss_ts]
         # K disjoint blocks of the held-out pool, each of n_ref images; set k is images [start + k n_ref,
         # start + (k + 1) n_ref) of the source's ordering, and its key names exactly that range
         n_ref = reference_set_size(cfg, splits)
         self.fid_references = [splits.heldout[k * n_ref:(k + 1) * n_ref] for k in range(e.fid_reference_sets)]
-        self.fid_reference_keys = [make_reference_key(dataset_sha256, n_ref, start=splits.heldout_range[0] + k * n_ref)
+        self.fid_reference_keys = [make_reference_key(dataset_sha256, n_ref, start=splits.heldout_range[0] + k * n_ref,
+                                                      order=splits.order_tag)
                                    for k in range(e.fid_reference_sets)]
         self.fid_cache = default_cache_dir(cfg.data.cache_dir) / "fid_stats"
         self.fid_extractor = self._run_fid_extractor()
@@ -185,7 +187,7 @@ class Evaluator:
                 fid_extractor, fid_reference = results[0].extractor, ",".join(r.reference for r in results)
                 self.fid_extractor = fid_extractor
             t3 = time.perf_counter()
-            levels = self._loss_levels(model) if e.loss_ts else {}
+            levels = self._loss_levels(model, step) if e.loss_ts else {}
             t4 = time.perf_counter()
             if self.loss_step in self.loss_steps:  # eval.loss_t is one of the levels: the same draws, not redone
                 k = self.loss_steps.index(self.loss_step)
@@ -241,31 +243,17 @@ class Evaluator:
                  f"fd {fid_text}  loss train {train_loss:.4f} test {test_loss:.4f}  ({record['wall_s']:.1f} s)")
         return record
 
-    def _loss_levels(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The metrics line's keys of the noise levels ``eval.loss_ts``: per level the mean train and held-out loss,
-        the 95 % interval of their gap (:func:`diffmem.metrics.losses.level_gaps`), and the membership AUC of the
-        first ``membership_n`` = min(N, eval.loss_n_test) train images against as many held-out ones, per level and
-        for the levels combined (:mod:`diffmem.metrics.membership`), each with DeLong's 95 % interval."""
+    def _loss_levels(self, model: torch.nn.Module, step: int) -> dict[str, Any]:
+        """The metrics line's keys of the noise levels ``eval.loss_ts`` (:meth:`diffmem.metrics.levels.LevelReading.
+        record`): per level the mean train and held-out loss and the 95 % interval of their gap, the membership AUC
+        of every train image against every scored held-out image (DeLong), and the same with the control block in
+        the train set's place (the no-member control). Each training and control image's own losses go to
+        image_losses.jsonl (appended here, before the metrics line)."""
         e = self.cfg.eval
-        train = per_image_losses(model, self.diffusion, self.train_x, self.loss_steps, e.loss_noise_draws, e.seed)
-        test = per_image_losses(model, self.diffusion, self.test_x, self.loss_steps, e.loss_noise_draws, e.seed)
-        gaps = level_gaps(train, test)
-        aucs, combined = membership_aucs(train.numpy(), test.numpy())
-        return {
-            "loss_ts": list(e.loss_ts),
-            "loss_steps": self.loss_steps,
-            "train_losses": [g.train for g in gaps],
-            "test_losses": [g.test for g in gaps],
-            "loss_gap_lo": [g.gap_lo for g in gaps],
-            "loss_gap_hi": [g.gap_hi for g in gaps],
-            "membership_n": combined.m,
-            "auc": [a.auc for a in aucs],
-            "auc_lo": [a.lo for a in aucs],
-            "auc_hi": [a.hi for a in aucs],
-            "membership_auc": combined.auc,
-            "membership_auc_lo": combined.lo,
-            "membership_auc_hi": combined.hi,
-        }
+        reading = level_reading(model, self.diffusion, self.train_x, self.test_x, self.control_x, self.loss_steps,
+                                e.loss_noise_draws, e.seed)
+        append_image_losses(self.run, step, e.loss_ts, reading.steps, reading.train.numpy(), reading.control.numpy())
+        return reading.record(e.loss_ts)
 
     def fill_missing(self, kept: bool = False) -> list[int]:
         """Evaluate every saved checkpoint of the evaluation grid that has no metrics line yet, and with ``kept``
@@ -353,7 +341,7 @@ def evaluate_run(run_dir: str | Path, device: str = "auto", fid_weights: str | N
     run's config.json is not changed, and every metrics line records its own ``n_samples``.
     """
     run, cfg = _open_run(run_dir)
-    for path in (run.metrics_path, run.copies_path):  # a symbolic link is refused before any work, not at an append
+    for path in (run.metrics_path, run.copies_path, run.image_losses_path):  # a link is refused before any work
         refuse_unappendable(path)
     lost = lost_evaluations(run)
     if lost:

@@ -251,3 +251,36 @@ def unpack_counts(text: object, length: int) -> np.ndarray:
     if len(data) != 4 * length or not unzip.eof or unzip.unused_data:
         raise PackedCountsError(f"it does not hold exactly {length} uint32 values")
     return np.frombuffer(data, dtype="<u4").astype(np.int64)
+
+
+FLOATS_ENCODING = "base64-float32le"
+"""How :func:`pack_floats` writes an array: little-endian float32 in C order, base64 text."""
+
+
+def pack_floats(values: np.ndarray) -> str:
+    """A float array as JSON-safe text (:data:`FLOATS_ENCODING`; the shape is the reader's to know): 4 bytes a value
+    plus a third for base64, against about 20 characters as JSON numbers. Finite values only."""
+    array = np.ascontiguousarray(np.asarray(values, dtype="<f4"))
+    if not np.isfinite(array).all():
+        raise ValueError("pack_floats takes finite values only")
+    return base64.b64encode(array.tobytes()).decode("ascii")
+
+
+def unpack_floats(text: object, shape: tuple[int, ...]) -> np.ndarray:
+    """The float64 array of ``shape`` that :func:`pack_floats` wrote; :class:`PackedCountsError` when ``text`` is not
+    exactly that many finite float32 values (read as data, never evaluated)."""
+    if not isinstance(text, str):
+        raise PackedCountsError(f"it is {type(text).__name__}, not packed text")
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(text) != 4 * ((4 * count + 2) // 3):
+        raise PackedCountsError(f"it does not hold exactly {count} float32 values")
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as e:
+        raise PackedCountsError(f"it is not {FLOATS_ENCODING} text ({type(e).__name__})") from None
+    if len(raw) != 4 * count:
+        raise PackedCountsError(f"it does not hold exactly {count} float32 values")
+    values = np.frombuffer(raw, dtype="<f4").astype(np.float64).reshape(shape)
+    if not np.isfinite(values).all():
+        raise PackedCountsError("it holds NaN or infinite values")
+    return values

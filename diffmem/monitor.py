@@ -42,8 +42,7 @@ import torch
 from diffmem.analysis.timescales import Estimate, tau_auc, tau_gap
 from diffmem.config import EvalConfig
 from diffmem.diffusion import Diffusion
-from diffmem.metrics.losses import per_image_losses
-from diffmem.metrics.membership import membership_aucs
+from diffmem.metrics.levels import level_reading
 from diffmem.metrics.memorization import DEFAULT_THRESHOLD, memorized_fraction
 
 
@@ -169,19 +168,22 @@ class MembershipReading:
 
 
 class MembershipMonitor:
-    """Membership AUC of the per-image denoising losses (train against held-out images), evaluated when you call
-    :meth:`update`: the evaluation's measure (metrics.jsonl ``membership_auc``) without drawing a sample.
+    """Membership AUC of the per-image denoising losses (every train image against every held-out image), evaluated
+    when you call :meth:`update`: exactly the evaluation's measure (metrics.jsonl ``membership_auc``), computed by
+    the same function (:func:`diffmem.metrics.levels.level_reading`), without drawing a sample. Given the same
+    images, levels, draws and seed as a run's evaluation (``eval.loss_ts``, ``eval.loss_noise_draws``,
+    ``eval.seed``, the train set and the first ``eval.loss_n_test`` held-out images), it reads the same AUC.
 
     Args:
         train_images, heldout_images: (N, C, S, S) and (n, C, S, S) tensors in the model's centered pixel units, on
-            the model's device; the first ``m = min(N, n)`` of each are compared (m >= 2).
+            the model's device, every one of them compared (N, n >= 2; the groups may differ in size).
         diffusion: the run's :class:`~diffmem.diffusion.Diffusion` (its noise schedule).
         loss_ts: the diffusion times of the noise levels (the evaluation's ``eval.loss_ts`` by default).
         draws, seed: noise draws averaged per image and level, and their seed (the same noise at every update).
         lag: None, or the calibration's lag ratio tau_mem / tau_auc (``diffmem analyze``'s calibration): stop at the
             step ``lag x tau_auc`` where memorization is predicted instead of as soon as tau_auc is established.
-    Cost of one update: ``2 m x len(loss_ts) x draws`` denoiser calls (images), against thousands of network calls
-    per sample for f_mem.
+    Cost of one update: ``(N + n) x len(loss_ts) x draws`` denoiser calls (images), against thousands of network
+    calls per sample for f_mem.
     """
 
     def __init__(self, train_images: torch.Tensor, heldout_images: torch.Tensor, diffusion: Diffusion,
@@ -196,9 +198,9 @@ class MembershipMonitor:
             raise MonitorError(f"draws = {draws} must be at least 1")
         if lag is not None and not lag > 0:
             raise MonitorError(f"lag = {lag} must be a positive ratio tau_mem / tau_auc (or None: stop at tau_auc)")
-        m = min(len(train_images), len(heldout_images))
-        self.train_images, self.heldout_images = train_images[:m], heldout_images[:m]
+        self.train_images, self.heldout_images = train_images, heldout_images
         self.diffusion, self.draws, self.seed, self.lag = diffusion, draws, seed, lag
+        self.loss_ts = tuple(loss_ts)
         self.steps = [diffusion.step_for_time(t) for t in loss_ts]
         self.history: list[MembershipReading] = []
 
@@ -212,25 +214,25 @@ class MembershipMonitor:
         stop; the model's train/eval mode is given back."""
         if self.history and step <= self.history[-1].step:
             raise MonitorError(f"step {step} is not after the previous update's step {self.history[-1].step}")
-        train, heldout = (per_image_losses(model, self.diffusion, x, self.steps, self.draws, self.seed)
-                          for x in (self.train_images, self.heldout_images))
-        _, auc = membership_aucs(train.numpy(), heldout.numpy())
-        lows = [r.lo for r in self.history] + [auc.lo]
+        reading = level_reading(model, self.diffusion, self.train_images, self.heldout_images, None, self.steps,
+                                self.draws, self.seed).record(self.loss_ts)
+        auc, lo, hi = reading["membership_auc"], reading["membership_auc_lo"], reading["membership_auc_hi"]
+        lows = [r.lo for r in self.history] + [lo]
         estimate = tau_auc([r.step for r in self.history] + [int(step)], lows)
         established = len(lows) >= 2 and min(lows[-2:]) > 0.5
         stop_step = None
         if not established:
-            reason = (f"AUC {auc.auc:.3f} [{auc.lo:.3f}, {auc.hi:.3f}]: tau_auc not established (the lower end is not "
+            reason = (f"AUC {auc:.3f} [{lo:.3f}, {hi:.3f}]: tau_auc not established (the lower end is not "
                       "above 0.5 at this and the previous update)")
         elif self.lag is None:
             stop_step = float(estimate.value)
-            reason = (f"AUC {auc.auc:.3f} [{auc.lo:.3f}, {auc.hi:.3f}]: tau_auc established at about step "
+            reason = (f"AUC {auc:.3f} [{lo:.3f}, {hi:.3f}]: tau_auc established at about step "
                       f"{stop_step:.4g}; the losses tell training images from held-out ones: stop (or watch f_mem)")
         else:
             stop_step = self.lag * float(estimate.value)
-            reason = (f"AUC {auc.auc:.3f} [{auc.lo:.3f}, {auc.hi:.3f}]: tau_auc established at about step "
+            reason = (f"AUC {auc:.3f} [{lo:.3f}, {hi:.3f}]: tau_auc established at about step "
                       f"{estimate.value:.4g}; predicted memorization step lag x tau_auc = {stop_step:.4g}")
-        reading = MembershipReading(int(step), auc.auc, auc.lo, auc.hi, estimate, stop_step,
+        reading = MembershipReading(int(step), auc, lo, hi, estimate, stop_step,
                                     stop_step is not None and step >= stop_step, reason)
         self.history.append(reading)
         return reading

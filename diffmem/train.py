@@ -44,10 +44,10 @@ from diffmem.outcomes import DONE, INTERRUPTED, SKIPPED
 from diffmem.tensorboard import live as tensorboard_live
 from diffmem.refine import refine_brackets, stop_reason
 from diffmem.eval_grid import evaluation_steps, kept_steps
-from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, RunDir, RunLock, StateDamaged, Trajectory,
-                            TrajectoryNotReplayable, capture_rng, check_same_config, continue_as_recorded,
-                            extend_budget, extends_budget, load_resume_state, prepare_run_folder, record_reseed,
-                            require_folder, resume_rng)
+from diffmem.rundir import (RETRAIN_PREFIX, START_AGAIN, ImageManifest, RunDir, RunLock, StateDamaged, Trajectory,
+                            TrajectoryNotReplayable, capture_rng, check_images_file, check_same_config,
+                            continue_as_recorded, extend_budget, extends_budget, load_resume_state,
+                            prepare_run_folder, record_reseed, require_folder, resume_rng, write_images_file)
 
 
 class TrainingDiverged(RuntimeError):
@@ -227,7 +227,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
     """
     run = RunDir(run_dir)
     require_folder(run.path)
-    for path in (run.metrics_path, run.copies_path):  # a symbolic link is refused before any work, not at an append
+    for path in (run.metrics_path, run.copies_path, run.image_losses_path):  # a link is refused before any work
         refuse_unappendable(path)
     check_same_config(cfg, run)
     run.metrics()  # every recorded line validated (a RecordError names a bad one) before anything is written
@@ -248,12 +248,15 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
         with RunLock(run) as lock:
             check_same_config(cfg, run, images.sha256)
             cfg = continue_as_recorded(cfg, run, log)
+            manifest = ImageManifest.of_splits(splits, images.sha256, len(images), cfg.eval.loss_n_test)
+            has_manifest = check_images_file(run, manifest)  # other images than recorded: an error, nothing written
             if not has_work(cfg, run):  # another process finished it while this one loaded data
                 log(f"{run.path}: already done, skipping")
                 return TrainResult(SKIPPED, cfg.train.steps, run.path)
             try:
                 with deterministic_algorithms(cfg.train.deterministic, device):
-                    return _train_locked(cfg, run, lock, images, splits, device, progress=progress,
+                    return _train_locked(cfg, run, lock, images, splits, device,
+                                         manifest=None if has_manifest else manifest, progress=progress,
                                          stop_at_step=stop_at_step, log=log, progress_position=progress_position)
             except TrainingDiverged as e:  # `diffmem status` shows the run as failed, with this line
                 atomic_write_text(run.failed_path, f"{e}\n")
@@ -268,7 +271,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, stop_at
 
 
 def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, device: torch.device, *,
-                  progress: bool, stop_at_step: int | None, log: Callable[[str], None],
+                  manifest: ImageManifest | None, progress: bool, stop_at_step: int | None, log: Callable[[str], None],
                   progress_position: int = 0) -> TrainResult:
     """The body of :func:`train`, run while holding the run's lock."""
     diffusion = Diffusion(cfg.diffusion)
@@ -284,6 +287,8 @@ def _train_locked(cfg: RunConfig, run: RunDir, lock: RunLock, images, splits, de
         log(f"{run.path}: removed {leftover.name}, left by a write that was cut short")
     run.failed_path.unlink(missing_ok=True)
     prepare_run_folder(cfg, run, images.sha256, images.manifest, count_parameters(model), device)
+    if manifest is not None:  # images.json next to config.json (a folder that predates it gets it now)
+        write_images_file(run, manifest)
 
     optimizer = build_optimizer(cfg, model.parameters())
     generator = torch.Generator(device=device)

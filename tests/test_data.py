@@ -19,6 +19,7 @@ from diffmem.config import DataConfig
 from diffmem.data import (DataError, ImageSet, Splits, default_heldout, embedded_digits, embedded_lfw_faces,
                           load_images, load_prepared, make_splits, manifest_path_for, prepare_celeba, tensor_sha256,
                           to_model, to_pixels, to_uint8)
+from diffmem.data.splits import control_block
 
 
 def torchvision_reference(path: Path, size: int) -> torch.Tensor:
@@ -343,7 +344,7 @@ def row_ids(images: torch.Tensor) -> set[int]:
 
 def test_train_subsets_are_disjoint_from_each_other_and_the_heldout_pool():
     image_set = indexed_image_set(1000)
-    cfg = DataConfig(source="digits", n=64, n_heldout=100)
+    cfg = DataConfig(source="digits", n=64, n_heldout=100, order="source")
     heldout = make_splits(image_set, cfg).heldout
     assert row_ids(heldout) == set(range(900, 1000))
     seen: set[int] = set()
@@ -358,7 +359,7 @@ def test_train_subsets_are_disjoint_from_each_other_and_the_heldout_pool():
 
 def test_splits_are_deterministic_and_the_mean_is_the_train_sets_scalar_mean():
     faces = embedded_lfw_faces(16)
-    cfg = DataConfig(source="lfw_faces", n=16, image_size=16, n_heldout=20, subset_index=2)
+    cfg = DataConfig(source="lfw_faces", n=16, image_size=16, n_heldout=20, subset_index=2, order="source")
     a, b = make_splits(faces, cfg), make_splits(faces, cfg)
     assert isinstance(a, Splits)
     assert torch.equal(a.train, b.train) and torch.equal(a.heldout, b.heldout) and torch.equal(a.mean, b.mean)
@@ -366,6 +367,76 @@ def test_splits_are_deterministic_and_the_mean_is_the_train_sets_scalar_mean():
     assert a.mean.shape == (1, 16, 16) and a.mean.dtype == torch.float32
     expected = faces.images[32:48].double().mean() / 255
     assert torch.allclose(a.mean, torch.full((1, 16, 16), float(expected)), atol=1e-6)
+
+
+def test_a_shuffled_split_cuts_disjoint_blocks_of_one_seeded_permutation():
+    image_set = indexed_image_set(1000)
+    cfg = DataConfig(source="digits", n=64, n_heldout=100)  # data.order = "shuffled": the default
+    assert cfg.order == "shuffled"
+    order = np.random.default_rng(0).permutation(1000)
+    pool = make_splits(image_set, cfg)
+    assert row_ids(pool.heldout) == set(order[900:].tolist()) and pool.heldout_indices.tolist() == order[900:].tolist()
+    seen: set[int] = set()
+    for i in range(900 // 64):
+        splits = make_splits(image_set, dataclasses.replace(cfg, subset_index=i))
+        assert splits.train_indices.tolist() == order[i * 64:(i + 1) * 64].tolist()
+        assert [int(v) for v in splits.train[:, 0, 0, 0]] == [int(v) % 256 for v in splits.train_indices]
+        assert row_ids(splits.train) == set(splits.train_indices.tolist())
+        ids = set(splits.train_indices.tolist())
+        assert not ids & seen and not ids & set(pool.heldout_indices.tolist())
+        seen |= ids
+    other_seed = make_splits(image_set, dataclasses.replace(cfg, order_seed=1))
+    assert other_seed.train_indices.tolist() != pool.train_indices.tolist()
+
+
+@pytest.mark.parametrize("order", ["shuffled", "source"])
+def test_the_control_block_is_another_block_of_the_training_part_and_split_pairs_share_it(order):
+    image_set = indexed_image_set(1000)
+    cfg = DataConfig(source="digits", n=64, n_heldout=100, order=order)  # 14 blocks of 64 in 900 images
+    a, b = (make_splits(image_set, dataclasses.replace(cfg, subset_index=i)) for i in (0, 1))
+    assert a.control_indices.tolist() == b.control_indices.tolist() and len(a.control) == 64
+    assert not set(a.control_indices.tolist()) & (set(a.train_indices.tolist()) | set(a.heldout_indices.tolist()))
+    assert a.pair_indices.tolist() == b.train_indices.tolist() and b.pair_indices.tolist() == a.train_indices.tolist()
+    assert torch.equal(a.control, image_set.images[torch.from_numpy(a.control_indices)])
+    last = make_splits(image_set, dataclasses.replace(cfg, subset_index=13))  # the train set is the last block
+    assert set(last.control_indices.tolist()).isdisjoint(last.train_indices.tolist()) and len(last.control) == 64
+    assert len(last.pair_indices) == 0
+    one_block = make_splits(image_set, dataclasses.replace(cfg, n=600))  # 900 // 600 = 1 block: no control
+    assert len(one_block.control) == 0 and len(one_block.control_indices) == 0
+
+
+def test_control_block_is_the_last_block_or_the_one_before_it():
+    assert [control_block(n, i) for n, i in ((1, 0), (2, 0), (2, 1), (5, 0), (5, 3), (5, 4))] == \
+        [None, 1, 0, 4, 4, 3]
+
+
+def test_on_digits_a_kernel_two_sample_test_cannot_tell_the_shuffled_train_set_from_its_non_members():
+    """Issue 59's criterion: on digits, the source order's first N images differ from its last 1000 (blocks by
+    writer), the shuffled split's do not. An RBF-kernel MMD permutation test (bandwidth: median distance)."""
+    digits = embedded_digits(8)
+    for n in (64, 128):
+        p = {}
+        for order in ("source", "shuffled"):
+            s = make_splits(digits, DataConfig(source="digits", image_size=8, n=n, n_heldout=1000, order=order))
+            p[order] = mmd_permutation_p(s.train, s.heldout, seed=0)
+        assert p["shuffled"] > 0.05, (n, p)
+    assert p["source"] < 0.05, p  # the ordered split at N = 128 is told apart: the test has the power to see it
+
+
+def mmd_permutation_p(a: torch.Tensor, b: torch.Tensor, seed: int, permutations: int = 300) -> float:
+    x = torch.cat([a, b]).reshape(len(a) + len(b), -1).double() / 255
+    d2 = torch.cdist(x, x) ** 2
+    k = torch.exp(-d2 / d2[d2 > 0].median())
+    m = len(a)
+    rng = np.random.default_rng(seed)
+
+    def mmd(idx: np.ndarray) -> float:
+        i, j = torch.from_numpy(idx[:m]), torch.from_numpy(idx[m:])
+        return float(k[i][:, i].mean() + k[j][:, j].mean() - 2 * k[i][:, j].mean())
+
+    observed = mmd(np.arange(len(x)))
+    null = [mmd(rng.permutation(len(x))) for _ in range(permutations)]
+    return (1 + sum(v >= observed for v in null)) / (1 + permutations)
 
 
 @pytest.mark.parametrize("total, expected", [(100, 50), (1797, 898), (202599, 50000), (3, 1)])

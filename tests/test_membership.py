@@ -30,7 +30,9 @@ from diffmem.diffusion import Diffusion
 from diffmem.metrics.losses import level_gaps, per_image_losses
 from diffmem.metrics.membership import MembershipError, combined_score, delong_auc, membership_aucs
 from diffmem.monitor import MembershipMonitor, MonitorError
-from diffmem.rundir import RunDir
+from diffmem.data import load_images, make_splits, to_model
+from diffmem.evaluate import checkpoint_model
+from diffmem.rundir import RunDir, image_losses_lines, read_images_file
 from diffmem.train import train as train_run
 from tiny_runs import SMOKE, tiny_config
 
@@ -253,13 +255,27 @@ def test_a_model_that_treats_train_and_heldout_alike_has_auc_05_and_no_gap(alike
     assert all(g.gap_lo <= 0.0 <= g.gap_hi for g in gaps)
 
 
-def test_membership_aucs_uses_as_many_train_as_heldout_images():
+def test_membership_aucs_uses_every_member_and_every_non_member():
     rng = np.random.default_rng(0)
     tr, te = rng.random((2, 10)), rng.random((2, 6))
     per_level, combined = membership_aucs(tr, te)
-    assert combined.m == combined.n == 6 and all(a.m == 6 for a in per_level)
-    assert per_level[1] == delong_auc(-tr[1, :6], -te[1])
-    assert combined == delong_auc(*combined_score(tr[:, :6], te))
+    assert combined.m == 10 and combined.n == 6 and all((a.m, a.n) == (10, 6) for a in per_level)
+    assert per_level[1] == delong_auc(-tr[1], -te[1])
+    assert combined == delong_auc(*combined_score(tr, te))
+
+
+def test_the_combined_score_is_scaled_by_the_non_members_mean_loss_per_level():
+    tr, te = np.array([[1.0, 3.0], [10.0, 30.0]]), np.array([[2.0, 2.0, 2.0], [20.0, 20.0, 20.0]])
+    members, others = combined_score(tr, te)
+    assert np.allclose(members, [-0.5, -1.5]) and np.allclose(others, [-1.0, -1.0, -1.0])
+
+
+def test_a_control_with_the_same_non_members_shares_their_scores():
+    rng = np.random.default_rng(1)
+    others = rng.random((3, 20))
+    _, a = combined_score(rng.random((3, 5)), others)
+    _, b = combined_score(rng.random((3, 9)), others)
+    assert np.array_equal(a, b)
 
 
 # --- tau_auc on planted AUC curves -------------------------------------------------------------------------------
@@ -339,7 +355,9 @@ def test_the_membership_monitor_refuses_bad_input():
 def test_a_tiny_training_run_records_the_levels_and_a_copies_line_per_evaluation(tmp_path):
     level_keys = {"loss_ts", "loss_steps", "train_losses", "test_losses", "loss_gap_lo", "loss_gap_hi",
                   "membership_n", "auc", "auc_lo", "auc_hi", "membership_auc", "membership_auc_lo",
-                  "membership_auc_hi", "membership_s"}
+                  "membership_auc_hi", "membership_s", "nonmember_n", "control_n"}
+    control_keys = {"control_losses", "control_gap_lo", "control_gap_hi", "control_auc", "control_auc_lo",
+                    "control_auc_hi", "control_membership_auc", "control_membership_auc_lo", "control_membership_auc_hi"}
     losses = {}
     for name, extra in (("levels", []), ("off", ["eval.loss_ts=[]"])):
         cfg = tiny_config("data.n=8", "eval.times=2", "eval.fid=false", "train.num_threads=1", *extra, base=SMOKE)
@@ -355,11 +373,44 @@ def test_a_tiny_training_run_records_the_levels_and_a_copies_line_per_evaluation
         for r in records:
             assert level_keys <= set(r) and r["loss_ts"] == list(LEVELS)
             assert all(len(r[k]) == len(LEVELS) for k in ("train_losses", "auc", "loss_gap_hi"))
-            assert r["membership_n"] == min(cfg.data.n, cfg.eval.loss_n_test)
-            assert 0 <= r["membership_auc_lo"] <= r["membership_auc"] <= r["membership_auc_hi"] <= 1
+            assert r["membership_n"] == cfg.data.n and r["nonmember_n"] == cfg.eval.loss_n_test  # every image
+            assert r["control_n"] == cfg.data.n and control_keys <= set(r)
+            for side in ("", "control_"):
+                assert 0 <= r[f"{side}membership_auc_lo"] <= r[f"{side}membership_auc"] <= \
+                    r[f"{side}membership_auc_hi"] <= 1
             k = r["loss_steps"].index(r["loss_step"])  # eval.loss_t = 0.01 is a level: its loss is that level's
             assert (r["train_loss"], r["test_loss"]) == (r["train_losses"][k], r["test_losses"][k])
+        # each image's own losses: the metrics line's level means are their means (float32 storage)
+        per_image = dict((line["step"], line) for _, line in image_losses_lines(run.image_losses_path))
+        assert sorted(per_image) == [r["step"] for r in records]
+        for r in records:
+            line = per_image[r["step"]]
+            assert line["train"].shape == (len(LEVELS), cfg.data.n) and line["control"].shape == (len(LEVELS), 8)
+            assert np.allclose(line["train"].mean(axis=1), r["train_losses"], rtol=1e-5)
+            assert np.allclose(line["control"].mean(axis=1), r["control_losses"], rtol=1e-5)
+        manifest = read_images_file(run)
+        assert len(manifest.train) == 8 and len(manifest.nonmembers) == cfg.eval.loss_n_test
+        assert manifest.order == "shuffled" and not set(manifest.train) & set(manifest.heldout)
     assert losses["levels"] == losses["off"]  # taken from the level, the same numbers as measured on their own
+
+
+@pytest.mark.e2e
+def test_the_membership_monitor_reads_exactly_the_evaluations_auc_at_the_same_checkpoint(tmp_path):
+    cfg = tiny_config("data.n=8", "eval.times=2", "eval.fid=false", "train.num_threads=1", "eval.loss_n_test=12",
+                      base=SMOKE)
+    run = RunDir(tmp_path / "run")
+    train_run(cfg, run.path, progress=False)
+    splits = make_splits(load_images(cfg.data), cfg.data)
+    train_x = to_model(splits.train, splits.mean)
+    test_x = to_model(splits.heldout[:cfg.eval.loss_n_test], splits.mean)
+    diffusion = Diffusion(cfg.diffusion)
+    monitor = MembershipMonitor(train_x, test_x, diffusion, loss_ts=cfg.eval.loss_ts,
+                                draws=cfg.eval.loss_noise_draws, seed=cfg.eval.seed)
+    records = run.metrics()
+    for record in records:
+        reading = monitor.update(record["step"], checkpoint_model(run, cfg, record["step"], torch.device("cpu")))
+        assert (reading.auc, reading.lo, reading.hi) == (record["membership_auc"], record["membership_auc_lo"],
+                                                         record["membership_auc_hi"])
 
 
 def coverage_table(draws: int = 4000) -> str:

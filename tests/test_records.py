@@ -228,7 +228,7 @@ LEVEL_DAMAGES = {
                         "'test_losses[0]' is not a finite number"),
     "lists without loss_ts": (lambda r: r | {"auc": [0.5]}, "'auc' is given without 'loss_ts'"),
     "a zero diffusion time": (lambda r: r | LEVELS | {"loss_ts": [0.0, 0.4]}, "'loss_ts' is [0.0, 0.4], not a list"),
-    "membership_n zero": (lambda r: r | LEVELS | {"membership_n": 0}, "'membership_n' is 0, not a positive integer"),
+    "membership_n zero": (lambda r: r | LEVELS | {"membership_n": 0}, "'membership_n' is 0, not an integer >= 1"),
 }
 
 

@@ -20,6 +20,8 @@ INVALID: dict[str, tuple[list[str], str]] = {
     "data.n": (["data.n=1"], "data.n = 1: the train set needs at least 2 images"),
     "data.image_size": (["data.image_size=18"], "data.image_size = 18 must be a multiple of 4"),
     "data.subset_index": (["data.subset_index=-1"], "data.subset_index = -1 must be >= 0"),
+    "data.order": (["data.order=sorted"], "data.order"),
+    "data.order_seed": (["data.order_seed=-1"], "data.order_seed = -1 must be >= 0"),
     "data.n_heldout": (["data.n_heldout=-1"], "data.n_heldout = -1 must be >= 1"),
     "data.cache_dir": (['data.cache_dir=""'], "data.cache_dir = '' is an empty path"),
     "model.width": (["model.width=0"], "model.width = 0 must be >= 1"),

@@ -16,8 +16,8 @@ Import from ``diffmem.config``; the names below are its interface.
 """
 from __future__ import annotations
 
-from diffmem.config.sections import (ALL_SECTIONS, BETA_SCHEDULES, DATA_SOURCES, DDIM_BETA_SCHEDULES, EVAL_GRIDS,
-                                     FID_EXTRACTORS, MAX_EVALUATIONS, MAX_STEPS, MAX_TIMESTEPS, MODEL_CHOICES,
+from diffmem.config.sections import (ALL_SECTIONS, BETA_SCHEDULES, DATA_ORDERS, DATA_SOURCES, DDIM_BETA_SCHEDULES,
+                                     EVAL_GRIDS, FID_EXTRACTORS, MAX_EVALUATIONS, MAX_STEPS, MAX_TIMESTEPS, MODEL_CHOICES,
                                      OPTIMIZERS, SAMPLER_SCHEDULES, SAMPLERS, SECTIONS, SEED_LIMIT,
                                      THEORY_NOISE_MODES, TRAIN_PRECISIONS, ConfigError, DataConfig, DiffusionConfig,
                                      EvalConfig, ModelConfig, SweepConfig, TheoryConfig, TrainConfig)
@@ -28,7 +28,7 @@ from diffmem.config.loading import (build_configs, config_from_dict, demo_config
                                     load_theory_config, merge_sections, parse_override, read_toml)
 
 __all__ = [
-    "ALL_SECTIONS", "BETA_SCHEDULES", "DATA_SOURCES", "DDIM_BETA_SCHEDULES", "EVAL_GRIDS", "FID_EXTRACTORS",
+    "ALL_SECTIONS", "BETA_SCHEDULES", "DATA_ORDERS", "DATA_SOURCES", "DDIM_BETA_SCHEDULES", "EVAL_GRIDS", "FID_EXTRACTORS",
     "MAX_EVALUATIONS", "MAX_STEPS", "MAX_TIMESTEPS", "MODEL_CHOICES", "OPTIMIZERS", "SAMPLER_SCHEDULES", "SAMPLERS",
     "SECTIONS", "SEED_LIMIT", "THEORY_NOISE_MODES", "TRAIN_PRECISIONS", "ConfigError", "DataConfig",
     "DiffusionConfig", "EvalConfig", "ModelConfig", "SweepConfig", "TheoryConfig", "TrainConfig",

@@ -10,8 +10,8 @@ import math
 import re
 from typing import Any, Protocol
 
-from diffmem.config.sections import (BETA_SCHEDULES, DATA_SOURCES, DDIM_BETA_SCHEDULES, EVAL_GRIDS, FID_EXTRACTORS,
-                                     MAX_EVALUATIONS, MAX_STEPS, MAX_TIMESTEPS, MODEL_CHOICES, OPTIMIZERS,
+from diffmem.config.sections import (BETA_SCHEDULES, DATA_ORDERS, DATA_SOURCES, DDIM_BETA_SCHEDULES, EVAL_GRIDS,
+                                     FID_EXTRACTORS, MAX_EVALUATIONS, MAX_STEPS, MAX_TIMESTEPS, MODEL_CHOICES, OPTIMIZERS,
                                      SAMPLER_SCHEDULES, SAMPLERS, SECTIONS, SEED_LIMIT, THEORY_NOISE_MODES,
                                      TRAIN_PRECISIONS, ConfigError, DataConfig, DiffusionConfig, EvalConfig,
                                      ModelConfig, SweepConfig, TheoryConfig, TrainConfig)
@@ -183,6 +183,9 @@ def _validate_data(d: DataConfig, m: ModelConfig) -> None:
                           "nearest and second-nearest)")
     if d.subset_index < 0:
         raise ConfigError(f"data.subset_index = {d.subset_index} must be >= 0")
+    _check_choice("data.order", d.order, DATA_ORDERS)
+    if d.order_seed < 0:
+        raise ConfigError(f"data.order_seed = {d.order_seed} must be >= 0")
     if d.n_heldout < 0:
         raise ConfigError(f"data.n_heldout = {d.n_heldout} must be >= 1 (held-out images for test loss and FID), or 0 "
                           "to let the source choose (half its images, at most 50000)")

@@ -55,6 +55,7 @@ def _legacy_head_dim(model: dict[str, Any]) -> int:
 
 
 LEGACY_VALUES: dict[str, dict[str, Any]] = {
+    "data": {"order": "source", "order_seed": 0},  # before data.order every split cut the source's own ordering
     "model": {"dropout_type": "element", "time_embedding": "diffusers", "time_act": "silu",
               "attention_head_dim": _legacy_head_dim, "init": "diffusers"},
     "diffusion": {"t_min": 0},

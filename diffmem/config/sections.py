@@ -19,8 +19,12 @@ class ConfigError(ValueError):
 class DataConfig:
     """Which images, at which size, and which of them are trained on.
 
-    The images of a source form one fixed ordering (documented per source in ``diffmem.data``). The last
-    ``n_heldout`` images of that ordering are the held-out pool (test loss, FID reference); the rest is the training
+    The images of a source form one fixed ordering (documented per source in ``diffmem.data``). ``order`` says how
+    the split reads it: "shuffled" (the default) first permutes the source's images with the seed ``order_seed``, so
+    that every image set a comparison needs (train set, held-out pool, non-members, control, split halves, FID
+    reference sets) is a disjoint block of one uniform random permutation: exchangeable by construction; "source"
+    keeps the source's ordering (the paper's protocol: the official code's ordered subsets of CelebA). The last
+    ``n_heldout`` images of that order are the held-out pool (test loss, FID reference); the rest is the training
     part, and the train set is images ``[subset_index * n, (subset_index + 1) * n)`` of the training part.
     ``n_heldout = 0`` chooses the pool per source: half of its M images, at most 50000 (CelebA's 202599 -> 50000, five
     FID reference sets of 10000; digits' 1797 -> 898; lfw_faces' 100 -> 50); see ``diffmem.data.splits``.
@@ -31,6 +35,8 @@ class DataConfig:
     n: int = 1024  # train-set size N (images)
     image_size: int = 32  # side of the square images (pixels)
     subset_index: int = 0  # which disjoint block of n training images
+    order: str = "shuffled"  # "shuffled": blocks of a seeded random permutation of the source | "source": its ordering
+    order_seed: int = 0  # seed of the permutation (data.order = "shuffled"); the same for every run of a sweep
     n_heldout: int = 0  # held-out pool at the end of the ordering (images); 0: per source, min(50000, M // 2)
     cache_dir: str | None = None  # where prepared tensors go; default $DIFFMEM_CACHE or ~/.cache/diffmem
 
@@ -177,6 +183,7 @@ MODEL_CHOICES = {"dropout_type": ("channel", "element"), "time_embedding": ("off
                  "time_act": ("gelu", "silu"), "init": ("official", "diffusers")}
 TRAIN_PRECISIONS = ("fp32", "bf16")  # train.precision (diffmem/acceleration.py)
 DATA_SOURCES = ("celeba", "folder", "lfw_faces", "digits")  # data.source (diffmem.data.sources)
+DATA_ORDERS = ("shuffled", "source")  # data.order (diffmem.data.splits)
 OPTIMIZERS = ("sgd", "adam")  # train.optimizer
 SAMPLERS = ("ddim", "ddpm")  # eval.sampler
 # diffusion.beta_schedule: diffusers' DDPMScheduler names (training, DDPM sampling and the official DDIM sequence);

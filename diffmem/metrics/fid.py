@@ -106,18 +106,21 @@ class FIDResult:
         return dataclasses.asdict(self)
 
 
-def make_reference_key(dataset_sha256: str, n_reference: int, start: int = 0) -> str:
-    """Identity of a held-out reference set: "heldout:<n>@<sha256[:12]>", or "heldout:<start>+<n>@..." if start > 0.
+def make_reference_key(dataset_sha256: str, n_reference: int, start: int = 0, order: str = "") -> str:
+    """Identity of a held-out reference set: "heldout:<n>@<sha256[:12]>", or "heldout:<start>+<n>@..." if start > 0,
+    followed by "/<order>" when the split permuted the source (``Splits.order_tag``, e.g. "shuffled0").
 
-    ``start`` is the offset of the set inside the held-out pool (disjoint reference sets have different starts).
+    ``start`` is the set's position in the split's order (disjoint reference sets have different starts).
     """
     if not re.fullmatch(r"[0-9a-fA-F]{12,}", dataset_sha256 or ""):
         raise FIDError(f"dataset_sha256 = {dataset_sha256!r} is not a hex digest; pass the sha256 from the dataset "
                        "manifest")
     if n_reference < 2 or start < 0:
         raise FIDError(f"reference set of {n_reference} images from {start}: need n_reference >= 2 and start >= 0")
+    if order and not re.fullmatch(r"[a-z]+[0-9]+", order):
+        raise FIDError(f"order = {order!r} is not an order tag such as 'shuffled0'; pass Splits.order_tag")
     where = f"{start}+{n_reference}" if start else f"{n_reference}"
-    return f"heldout:{where}@{dataset_sha256[:12].lower()}"
+    return f"heldout:{where}@{dataset_sha256[:12].lower()}" + (f"/{order}" if order else "")
 
 
 # --- the offline extractor ------------------------------------------------------------------------------------------

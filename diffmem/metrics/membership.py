@@ -12,7 +12,7 @@ coverage on planted scores is checked by simulation in the tests. scikit-learn's
 point value but no interval, hence this module.
 
 :func:`combined_score` merges several noise levels into one score per image: each level's losses are divided by the
-mean loss of that level over both groups (so every level weighs alike whatever its scale) and averaged over levels.
+non-members' mean loss at that level (so every level weighs alike whatever its scale) and averaged over levels.
 :func:`membership_aucs` gives both from per-image losses: each level's AUC and the combined one, the evaluation's and
 the sampling-free monitor's reading (``diffmem.monitor.MembershipMonitor``).
 """
@@ -67,10 +67,11 @@ def delong_auc(members: np.ndarray | list[float], others: np.ndarray | list[floa
 
 
 def combined_score(train_losses: np.ndarray, test_losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Scores (minus the level-normalised mean loss) of the train (levels, m) and held-out (levels, n) images: each
-    level divided by its mean over both groups, then averaged over the levels."""
+    """Scores (minus the level-normalised mean loss) of the members (levels, m) and non-members (levels, n): each
+    level divided by the non-members' mean loss at that level, then averaged over the levels. The non-members set
+    the scale, so a signal and its control (the same non-members against other images) share one scale."""
     tr, te = np.atleast_2d(np.asarray(train_losses, float)), np.atleast_2d(np.asarray(test_losses, float))
-    scale = np.concatenate([tr, te], axis=1).mean(axis=1, keepdims=True)
+    scale = te.mean(axis=1, keepdims=True)
     scale = np.where(scale > 0, scale, 1.0)
     return -(tr / scale).mean(axis=0), -(te / scale).mean(axis=0)
 
@@ -78,11 +79,9 @@ def combined_score(train_losses: np.ndarray, test_losses: np.ndarray) -> tuple[n
 def membership_aucs(train_losses: np.ndarray, test_losses: np.ndarray,
                     level: float = 0.95) -> tuple[list[AucResult], AucResult]:
     """The AUC (with DeLong's interval at ``level``) of each noise level and of the levels combined
-    (:func:`combined_score`), from the per-image losses of the train (levels, m_train) and held-out (levels, n_test)
-    images (the lower loss, the likelier a member): the first ``min(m_train, n_test)`` images of each group, so that
-    both groups weigh alike."""
+    (:func:`combined_score`), from the per-image losses of every member (levels, m) against every non-member
+    (levels, n) (the lower loss, the likelier a member). The groups may differ in size: DeLong's variance has a
+    term for each."""
     tr, te = np.atleast_2d(np.asarray(train_losses, float)), np.atleast_2d(np.asarray(test_losses, float))
-    m = min(tr.shape[1], te.shape[1])
-    members, others = tr[:, :m], te[:, :m]
-    per_level = [delong_auc(-members[k], -others[k], level) for k in range(len(members))]
-    return per_level, delong_auc(*combined_score(members, others), level)
+    per_level = [delong_auc(-tr[k], -te[k], level) for k in range(len(tr))]
+    return per_level, delong_auc(*combined_score(tr, te), level)

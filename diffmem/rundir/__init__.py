@@ -4,7 +4,9 @@
 <run>/config.json                  resolved RunConfig + version + git sha + dataset sha256 + parameter count
 <run>/state.pt                     latest full training state, atomically replaced
 <run>/checkpoints/step_XXXXXXXXX.pt  model weights at each evaluation step
+<run>/images.json                  source indices of the train set, non-members, control, held-out pool
 <run>/metrics.jsonl                one JSON object per evaluation, appended
+<run>/image_losses.jsonl           per evaluation: each training and control image's loss per noise level, appended
 <run>/samples/step_XXXXXXXXX.png   sample grid of that evaluation
 <run>/done                         written last
 <run>/state.prev.pt                the state.pt before the latest one (resume falls back to it if state.pt is damaged)
@@ -26,6 +28,10 @@ Everything that knows this layout lives in this package, one concern per module:
 - :mod:`~diffmem.rundir.state`: the training state files, the one a run resumes from, its generators (restored
   across device kinds) and its :class:`Trajectory` (whether training again would give its bits);
 - :mod:`~diffmem.rundir.lock`: :class:`RunLock`, which keeps two processes off one folder, and :func:`pid_alive`;
+- :mod:`~diffmem.rundir.images_file`: images.json, which images of the source the run trained on and compared
+  them with, validated as it is read;
+- :mod:`~diffmem.rundir.image_losses`: image_losses.jsonl, each training and control image's loss per noise level
+  at every evaluation;
 - :mod:`~diffmem.rundir.records`: the lines of metrics.jsonl and pairs.jsonl, validated as they are read.
 
 Import from ``diffmem.rundir``; the names below are its interface.
@@ -39,6 +45,9 @@ from diffmem.rundir.records import RecordError, copies_lines, metrics_lines, pai
 from diffmem.rundir.lock import LOCK_HEARTBEAT_S, LOCK_STALE_S, RunLock, RunLocked, pid_alive
 from diffmem.rundir.state import (START_AGAIN, STATE_KEYS, StateDamaged, Trajectory, TrajectoryNotReplayable,
                                   UnsafeState, capture_rng, load_resume_state, load_state, resume_rng)
+from diffmem.rundir.image_losses import append_image_losses, image_losses_lines
+from diffmem.rundir.images_file import (ImageManifest, ImagesFileError, check_images_file, read_images_file,
+                                        write_images_file)
 from diffmem.rundir.config_file import (RunConfigMismatch, check_same_config, continue_as_recorded, extend_budget,
                                         extends_budget, prepare_run_folder, record_reseed, stored_steps)
 
@@ -51,4 +60,6 @@ __all__ = [
     "capture_rng", "load_resume_state", "load_state", "resume_rng",
     "RunConfigMismatch", "check_same_config", "continue_as_recorded", "extend_budget", "extends_budget",
     "prepare_run_folder", "record_reseed", "stored_steps",
+    "append_image_losses", "image_losses_lines",
+    "ImageManifest", "ImagesFileError", "check_images_file", "read_images_file", "write_images_file",
 ]

@@ -177,6 +177,16 @@ class RunDir:
         return self.path / "copies.jsonl"
 
     @property
+    def images_path(self) -> Path:
+        """images.json: the source indices of the run's train set, non-members, control and held-out pool."""
+        return self.path / "images.json"
+
+    @property
+    def image_losses_path(self) -> Path:
+        """image_losses.jsonl: per evaluation, each training and control image's loss per noise level."""
+        return self.path / "image_losses.jsonl"
+
+    @property
     def samples_dir(self) -> Path:
         return self.path / "samples"
 

@@ -26,9 +26,11 @@ from diffmem.io import COUNTS_ENCODING, PackedCountsError, read_jsonl_numbered, 
 
 METRICS_NUMBERS = ("f_mem", "f_mem_lo", "f_mem_hi", "mem_threshold", "fid", "fid_std", "fid_boot_std", "train_loss",
                    "test_loss", "loss_t", "images_seen", "train_s", "wall_s", "sample_s", "nn_s", "fid_s", "loss_s",
-                   "membership_auc", "membership_auc_lo", "membership_auc_hi", "membership_s")
+                   "membership_auc", "membership_auc_lo", "membership_auc_hi", "membership_s",
+                   "control_membership_auc", "control_membership_auc_lo", "control_membership_auc_hi")
 """Keys of a metrics.jsonl line that hold a number or null."""
-LEVEL_LISTS = ("loss_steps", "train_losses", "test_losses", "loss_gap_lo", "loss_gap_hi", "auc", "auc_lo", "auc_hi")
+LEVEL_LISTS = ("loss_steps", "train_losses", "test_losses", "loss_gap_lo", "loss_gap_hi", "auc", "auc_lo", "auc_hi",
+               "control_losses", "control_gap_lo", "control_gap_hi", "control_auc", "control_auc_lo", "control_auc_hi")
 """Keys of a metrics.jsonl line that hold one number per noise level of its ``loss_ts`` (absent or null: none)."""
 COPIES_LISTS = (("nearest_idx", "nearest_n"), ("copied_idx", "copied_n"))
 """The (indices, counts) list pairs of a copies.jsonl line once unpacked (:func:`unpacked_copies`)."""
@@ -36,7 +38,9 @@ PAIRS_NUMBERS = ("bias", "bias_lo", "bias_hi", "pair_distance", "pair_distance_l
                  "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a", "f_mem_b", "wall_s")
 """Keys of a pairs.jsonl line that hold a number or null."""
 FRACTIONS = ("f_mem", "f_mem_lo", "f_mem_hi", "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a",
-             "f_mem_b", "membership_auc", "membership_auc_lo", "membership_auc_hi", "auc", "auc_lo", "auc_hi")
+             "f_mem_b", "membership_auc", "membership_auc_lo", "membership_auc_hi", "auc", "auc_lo", "auc_hi",
+             "control_membership_auc", "control_membership_auc_lo", "control_membership_auc_hi", "control_auc",
+             "control_auc_lo", "control_auc_hi")
 """Keys that hold a fraction in [0, 1] (or null)."""
 
 
@@ -121,9 +125,10 @@ def _levels_problem(record: dict[str, Any]) -> str | None:
             return f"'{key}' is {value!r}, not a list of {len(levels)} numbers (one per 'loss_ts' level)"
         if key in FRACTIONS and not all(0 <= v <= 1 for v in value):
             return f"'{key}' holds a value outside [0, 1]"
-    n = record.get("membership_n")
-    if n is not None and (not is_int(n) or n < 1):
-        return f"'membership_n' is {n!r}, not a positive integer"
+    for key, least in (("membership_n", 1), ("nonmember_n", 1), ("control_n", 0)):
+        n = record.get(key)
+        if n is not None and (not is_int(n) or n < least):
+            return f"'{key}' is {n!r}, not an integer >= {least}"
     return None
 
 
