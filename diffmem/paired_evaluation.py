@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from diffmem.analysis.runfiles import latest_per_step
@@ -63,6 +64,10 @@ class PairEvaluator:
                 raise DataError(f"{run.path.name}: {e}") from None
         self.splits = [make_splits(images, cfg.data) for cfg in (pair.cfg_a, pair.cfg_b)]
         self.trains = [s.train.to(device=device, dtype=torch.float32) / 255.0 for s in self.splits]
+        # the control bias needs a block that neither member trained on (three blocks or more: docs/split-pairs.md)
+        control = self.splits[0].control
+        shared = len(control) >= 2 and np.array_equal(self.splits[0].control_indices, self.splits[1].control_indices)
+        self.control = control.to(device=device, dtype=torch.float32) / 255.0 if shared else None
         self.diffusion = Diffusion(pair.cfg_a.diffusion)
 
     def measure(self, step: int, n_samples: int) -> dict[str, Any]:
@@ -77,7 +82,7 @@ class PairEvaluator:
                                        self.device)
             pixels.append(samples + splits.mean.to(self.device))  # centered -> x / 255, unclamped
         measures = paired_measures(pixels[0], pixels[1], self.trains[0], self.trains[1], n_boot=e.n_boot,
-                                   seed=e.seed)
+                                   seed=e.seed, control=self.control)
         cfg = self.pair.cfg_a
         return {
             "pair": self.pair.name, "run_a": self.pair.a.path.name, "run_b": self.pair.b.path.name,

@@ -106,6 +106,41 @@ def test_distances_and_measures_equal_a_brute_force_reference():
     assert 0 < m.bias_lo <= m.bias <= m.bias_hi  # a's samples lean toward set A (b's have no preference)
 
 
+CONTROL = population(N_TRAIN, 9)  # a third block of the same population, trained on by neither model
+
+
+def test_the_control_bias_reads_zero_for_copying_models_when_the_blocks_are_exchangeable():
+    """Models that copy their own train sets are strongly biased, but the control bias (the other train set against
+    a block neither model saw) stays at 0: it measures the blocks, not the models."""
+    pick = torch.arange(N_DRAWS) % N_TRAIN
+    noise = 0.01 * population(N_DRAWS, 3)
+    m = paired_measures(TRAIN_A[pick] + noise, TRAIN_B[pick] + noise, TRAIN_A, TRAIN_B, n_boot=1000, seed=0,
+                        control=CONTROL)
+    assert m.bias_lo > math.log(20)
+    assert m.control_bias_lo < 0.0 < m.control_bias_hi and abs(m.control_bias) < 0.05
+    assert {"control_bias", "control_bias_lo", "control_bias_hi"} <= set(m.to_dict())
+
+
+def test_the_control_bias_leaves_zero_when_the_control_block_comes_from_elsewhere():
+    """Generators of the population, with a control block drawn from a shifted population (a clustered ordering):
+    the control bias is off 0 while the bias itself reads 0."""
+    a, b = population(N_DRAWS, 4), population(N_DRAWS, 5)
+    m = paired_measures(a, b, TRAIN_A, TRAIN_B, n_boot=1000, seed=0, control=CONTROL + 0.5)
+    assert m.bias_lo < 0.0 < m.bias_hi
+    assert m.control_bias_hi < 0.0  # the samples are farther from the shifted control than from the other train set
+    assert "control_bias" not in paired_measures(a, b, TRAIN_A, TRAIN_B, n_boot=10, seed=0).to_dict()
+
+
+def test_the_control_bias_equals_a_brute_force_reference():
+    a, b = population(50, 7) * 0.7 + TRAIN_A[:50] * 0.5, population(50, 8)
+    m = paired_measures(a, b, TRAIN_A, TRAIN_B, n_boot=100, seed=0, control=CONTROL)
+    flat = lambda x: x.reshape(len(x), -1)  # noqa: E731
+    nearest = lambda x, t: torch.cdist(flat(x), flat(t)).min(1).values  # noqa: E731
+    expected = 0.5 * (torch.log(nearest(a, TRAIN_B) / nearest(a, CONTROL))
+                      + torch.log(nearest(b, TRAIN_A) / nearest(b, CONTROL)))
+    assert m.control_bias == pytest.approx(float(expected.mean()), rel=1e-9)
+
+
 def test_an_exact_copy_gives_a_large_finite_bias():
     m = paired_measures(TRAIN_A[:4].clone(), TRAIN_B[:4].clone(), TRAIN_A, TRAIN_B, n_boot=10, seed=0)
     assert math.isfinite(m.bias) and m.bias > -math.log(DISTANCE_FLOOR)

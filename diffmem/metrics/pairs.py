@@ -17,6 +17,11 @@ Per draw i, with ``d(x, T)`` the distance from x to its nearest image of the set
 * own: 1 when the sample is strictly nearer its own train set than the other's, else 0; the draw's value is the
   mean over its two samples (0, 0.5 or 1). Its mean, ``own_fraction``, is 0.5 for no preference and 1 for copies.
 
+* control bias (with a control block C, trained on by neither model): ``ln(d(x, other train set) / d(x, C))`` for
+  a sample x of model M, the bias's log ratio with the model's own train set replaced by images it never saw but
+  drawn as its train set was. Neither set was trained on, so it must read 0 whatever the models do; away from 0 the
+  blocks differ in distribution and the bias measures the split as much as memorization.
+
 Each measure is the mean over the n draws, with a 95% percentile-bootstrap interval that resamples draws (the two
 samples of a draw share their noise, so they stay together): ``diffmem.metrics.memorization.bootstrap_interval``,
 the same helper and seed convention as f_mem's interval. The three intervals use one seed, hence the same resamples.
@@ -58,11 +63,16 @@ class PairMeasures:
     pair_distances: np.ndarray
     biases: np.ndarray
     own: np.ndarray
+    control_bias: float | None = None
+    control_bias_lo: float | None = None
+    control_bias_hi: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The scalars: each measure with its _lo / _hi, and n_samples."""
+        """The scalars: each measure with its _lo / _hi (the control bias's only with a control block), and
+        n_samples."""
         out: dict[str, Any] = {}
-        for name in ("pair_distance", "bias", "own_fraction"):
+        names = ("pair_distance", "bias", "own_fraction") + (("control_bias",) if self.control_bias is not None else ())
+        for name in names:
             out.update({name: getattr(self, name), f"{name}_lo": getattr(self, f"{name}_lo"),
                         f"{name}_hi": getattr(self, f"{name}_hi")})
         out["n_samples"] = self.n_samples
@@ -85,13 +95,15 @@ def log_ratio(d_other: torch.Tensor, d_own: torch.Tensor) -> torch.Tensor:
 
 
 def paired_measures(samples_a: torch.Tensor, samples_b: torch.Tensor, train_a: torch.Tensor, train_b: torch.Tensor,
-                    *, n_boot: int = 1000, seed: int = 0) -> PairMeasures:
-    """Pair distance, bias and own fraction of two models' samples drawn from the same noise (module docstring).
+                    *, n_boot: int = 1000, seed: int = 0, control: torch.Tensor | None = None) -> PairMeasures:
+    """Pair distance, bias and own fraction of two models' samples drawn from the same noise (module docstring),
+    and with ``control`` the control bias.
 
     Args:
         samples_a, samples_b: (n, C, S, S) float, row i of both from the same initial noise; pixel units.
         train_a, train_b: (N_a, C, S, S) and (N_b, C, S, S), the train sets of model A and model B, same units.
         n_boot: bootstrap resamples of the draws (>= 1). seed: the bootstrap's numpy seed.
+        control: None, or (N_c, C, S, S) images trained on by neither model (N_c >= 2), same units.
     """
     if samples_a.shape != samples_b.shape:
         raise MemorizationError(f"paired samples must have one shape, got {tuple(samples_a.shape)} and "
@@ -105,8 +117,14 @@ def paired_measures(samples_a: torch.Tensor, samples_b: torch.Tensor, train_a: t
     distances = diff.square().sum(1).sqrt().cpu().numpy()
     biases = (0.5 * (log_ratio(other_a, own_a) + log_ratio(other_b, own_b))).cpu().numpy()
     own = (0.5 * ((own_a < other_a).double() + (own_b < other_b).double())).cpu().numpy()
+    measured = [("pair_distance", distances), ("bias", biases), ("own_fraction", own)]
+    if control is not None:  # each model's other train set against the control: both unseen by that model
+        to_control_a = nearest_two(samples_a, control)[0]
+        to_control_b = nearest_two(samples_b, control)[0]
+        controls = 0.5 * (log_ratio(other_a, to_control_a) + log_ratio(other_b, to_control_b))
+        measured.append(("control_bias", controls.cpu().numpy()))
     values = {}
-    for name, per_draw in (("pair_distance", distances), ("bias", biases), ("own_fraction", own)):
+    for name, per_draw in measured:
         lo, hi = bootstrap_interval(per_draw, n_boot, seed)
         mean = float(per_draw.mean())
         values.update({name: mean, f"{name}_lo": lo, f"{name}_hi": hi})

@@ -34,8 +34,8 @@ LEVEL_LISTS = ("loss_steps", "train_losses", "test_losses", "loss_gap_lo", "loss
 """Keys of a metrics.jsonl line that hold one number per noise level of its ``loss_ts`` (absent or null: none)."""
 COPIES_LISTS = (("nearest_idx", "nearest_n"), ("copied_idx", "copied_n"))
 """The (indices, counts) list pairs of a copies.jsonl line once unpacked (:func:`unpacked_copies`)."""
-PAIRS_NUMBERS = ("bias", "bias_lo", "bias_hi", "pair_distance", "pair_distance_lo", "pair_distance_hi",
-                 "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a", "f_mem_b", "wall_s")
+PAIRS_NUMBERS = ("bias", "bias_lo", "bias_hi", "control_bias", "control_bias_lo", "control_bias_hi", "pair_distance",
+                 "pair_distance_lo", "pair_distance_hi", "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a", "f_mem_b", "wall_s")
 """Keys of a pairs.jsonl line that hold a number or null."""
 FRACTIONS = ("f_mem", "f_mem_lo", "f_mem_hi", "own_fraction", "own_fraction_lo", "own_fraction_hi", "f_mem_a",
              "f_mem_b", "membership_auc", "membership_auc_lo", "membership_auc_hi", "auc", "auc_lo", "auc_hi",
