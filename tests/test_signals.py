@@ -14,7 +14,8 @@ from scipy import stats
 from diffmem.analysis import analyze
 from diffmem.analysis.report import report_text
 from diffmem.analysis.runfiles import read_csv, read_run
-from diffmem.analysis.signals import SIGNAL_COLUMNS, LevelSignal, first_gap, lag, lag_name, run_signals
+from diffmem.analysis.signals import (SIGNAL_COLUMNS, LevelSignal, first_gap, lag, lag_name, run_signals,
+                                      signal_estimate)
 from diffmem.analysis.synthetic import evaluation_steps, write_synthetic_experiment, write_synthetic_run
 from diffmem.analysis.timescales import Estimate, estimate_run
 from diffmem.figures import load_experiment_files
@@ -189,3 +190,70 @@ def test_the_figures_are_drawn_and_readable(constant_lag):
     gap = results["signals_gap_w08"].figure
     circles = [line for ax in gap.axes for line in ax.get_lines() if line.get_marker() == "o" and line.get_xdata().size]
     assert len(circles) == 2 * 4
+
+
+# --- the no-member control ------------------------------------------------------------------------------------------
+
+def control_run(root, **control):
+    planted = write_synthetic_run(root / "r", n=64, width=8, steps=20_000, tau_gen=500, tau_mem=6000, n_evals=30,
+                                  loss_ts=LOSS_TS, gap_at_t=(3000.0, 800.0, None), tau_auc=1500.0, **control)
+    record = read_run(planted.path)
+    return run_signals(record.evaluations, estimate_run(record.evaluations, record.mem_levels))
+
+
+def test_a_control_that_holds_its_null_flags_nothing_and_changes_no_signal(tmp_path, one_run):
+    _, plain, _ = one_run
+    signals = control_run(tmp_path, control_at_t=(None, None, None), control_auc=None)
+    assert signals.control_n == 64 and signals.flags == {}
+    assert all(lv.gap_control.left is None and lv.auc_control.left is None for lv in signals.levels)
+    assert signals.controls["tau_auc"].left is None and signals.controls["tau_gap"].left is None
+    # the same planted openings (the control's noise draws shift the noise of later lines, not the brackets)
+    assert (signals.tau_gap_first.lo, signals.tau_gap_first.hi) == (plain.tau_gap_first.lo, plain.tau_gap_first.hi)
+    assert (signals.tau_auc.lo, signals.tau_auc.hi) == (plain.tau_auc.lo, plain.tau_auc.hi)
+    row = signals.row()
+    assert row["control_n"] == 64 and row["tau_auc_flag"] == "" and row["tau_gap_control"] is None
+    assert signal_estimate(signals, "auc_lag").measured  # it enters the laws
+
+
+def test_a_control_that_opens_flags_its_signals_and_keeps_them_out_of_the_laws(tmp_path):
+    """The control's gap at t = 0.01 (the run's loss_t) and its combined AUC open: tau_gap and tau_auc are
+    flagged, their lags give no value to a law, and tau_gap_first skips the flagged level."""
+    steps = evaluation_steps(20_000, 30)
+    signals = control_run(tmp_path, control_at_t=(3000.0, None, None), control_auc=1500.0)
+    gap_control = signals.levels[0].gap_control
+    assert (gap_control.above.lo, gap_control.above.hi) == neighbours(steps, 3000.0)
+    assert set(signals.flags) == {"tau_gap", "tau_auc"} and "(above)" in signals.flags["tau_auc"]
+    assert signals.row()["tau_auc_control"] == signals.controls["tau_auc"].above.value
+    for quantity in ("tau_auc", "auc_lag", "auc_lag_at_0.01", "gap_lag"):
+        est = signal_estimate(signals, quantity)
+        assert est.value is None and est.rule.startswith("flagged, left out: the control of")
+    assert signals.estimates()["tau_auc"].measured  # summary.csv keeps the value, next to its flag
+    assert signals.first_t == 0.1  # level 0.01's control opened; 0.1's did not
+    assert signal_estimate(signals, "gap_first_lag").value is not None
+
+
+def test_a_control_that_leaves_its_null_downwards_is_flagged_too(tmp_path):
+    signals = control_run(tmp_path, control_at_t=(None, 800.0, None), control_auc=1500.0, control_below=True)
+    assert "(below)" in signals.flags["tau_auc"] and signals.levels[1].gap_flag
+    assert signals.levels[1].gap_control.above.censored  # the control is never fitted better than held out
+    assert signals.first_t is None or signals.first_t != 0.1
+
+
+def test_the_report_and_fits_carry_the_control_and_its_flags(tmp_path):
+    write_synthetic_experiment(
+        tmp_path, [64, 128, 256], widths=[8], seeds=(0,), n_evals=40, steps=lambda n, w: 400 * n,
+        tau_gen=lambda n, w: 2000.0, tau_mem=lambda n, w: 100.0 * n, loss_ts=LOSS_TS,
+        gap_at_t=lambda n, w: (50.0 * n, 10.0 * n, None), tau_auc=lambda n, w: 25.0 * n,
+        control_at_t=(None, None, None), control_auc=500.0)
+    analyze(tmp_path)
+    fits = json.loads((tmp_path / "fits.json").read_text())
+    runs = fits["calibration"]["runs"]
+    assert all(set(r["flags"]) == {"tau_auc"} and r["control_n"] == r["n"] for r in runs)
+    law = fits["tau_auc_vs_n"]  # every run flagged: no law, each run listed as left out with its flag
+    assert law["n_runs"] == 0 and len(law["excluded"]) == 3
+    assert all(e["reason"].startswith("flagged, left out: the control of tau_auc") for e in law["excluded"])
+    assert fits["tau_gap_first_vs_n"]["n_runs"] == 3  # its control held: it is fitted
+    rows = read_csv(tmp_path / "summary.csv")
+    assert all(str(r["tau_auc_flag"]).startswith("the control of tau_auc left its null") for r in rows)
+    section = report_text(tmp_path)
+    assert "no-member control" in section and "left its null" in section

@@ -494,6 +494,39 @@ def test_analyze_reads_tau_bias_per_pair_and_fits_its_law(tmp_path):
     assert abs(law["exponent"] - 1.0) < 0.05
 
 
+@pytest.mark.parametrize("control_opens", [False, True])
+def test_a_pair_whose_control_bias_leaves_zero_is_flagged_and_enters_no_law(tmp_path, control_opens):
+    """The same planted pairs with a control bias: held at 0, nothing is flagged and the law is fitted; leaving 0
+    from the bias's own step (the blocks differ, as a clustered ordering makes them), every pair is flagged in
+    summary.csv and left out of the law, naming the flag."""
+    from diffmem.analysis.scaling import analyze
+    from diffmem.analysis.synthetic import paper_tau_gen, paper_tau_mem, write_synthetic_experiment, write_synthetic_run
+    from diffmem.io import append_jsonl
+
+    exp = tmp_path / "exp"
+    planted = write_synthetic_experiment(exp, ns=[128, 256, 512], widths=[32], seeds=[0],
+                                         steps=lambda n, w: 3000 * n)
+    grid = sorted({int(round(10 * 1.2 ** k)) for k in range(80) if 10 * 1.2 ** k <= 3_000_000})
+    for run in planted:
+        write_synthetic_run(exp / f"{run.name}_split1", n=run.n, width=run.width, seed=run.seed, steps=3000 * run.n,
+                            tau_gen=paper_tau_gen(run.n, run.width), tau_mem=paper_tau_mem(run.n, run.width))
+        for line in planted_pair_lines(run.name, run.n, run.width, run.seed, 20.0 * run.n,
+                                       [s for s in grid if s <= 3000 * run.n]):
+            control = line["bias"] if control_opens else 0.0  # the bias's own curve and interval, or 0 +- 0.05
+            append_jsonl(exp / PAIRS_FILE, line | {"control_bias": control, "control_bias_lo": control - 0.05,
+                                                   "control_bias_hi": control + 0.05})
+    analyze(exp)
+    rows = {r["run"]: r for r in read_csv(exp / "summary.csv")}
+    law = json.loads((exp / "fits.json").read_text())["tau_bias_vs_n"]
+    if control_opens:
+        assert all(str(rows[r.name]["tau_bias_flag"]).startswith("the control of tau_bias") for r in planted)
+        assert law["n_runs"] == 0 and all(e["reason"].startswith("flagged, left out") for e in law["excluded"])
+    else:
+        assert all(rows[r.name]["tau_bias_flag"] in ("", None) and rows[r.name]["tau_bias_control"] is None
+                   for r in planted)
+        assert law["n_runs"] == 3
+
+
 def test_analyze_reads_the_bias_level_crossings_per_pair_and_fits_their_laws(tmp_path):
     """A planted bias that grows linearly in the step, bias = 0.05 step / (40 N), with a +-0.005 interval, on a grid
     of evaluations 1.2x apart: tau_bias_at_0.05 lies in its interval around 40 N and tau_bias_at_0.1 around 80 N,

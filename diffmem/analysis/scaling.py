@@ -35,8 +35,8 @@ from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, Join
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
                                        write_json)
-from diffmem.analysis.signals import SIGNAL_COLUMNS, RunSignals, calibration, run_signals, signal_estimate, \
-    signal_quantities
+from diffmem.analysis.signals import (SIGNAL_COLUMNS, ControlReading, RunSignals, calibration, run_signals,
+                                     signal_estimate, signal_quantities)
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS, EvalConfig
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
@@ -75,12 +75,14 @@ f_mem crosses L and its interval, and ``_bracket_lo``, ``_bracket_hi``, the two 
 
 
 PAIR_COLUMNS: tuple[str, ...] = ("pair", "tau_bias", "tau_bias_lo", "tau_bias_hi", "tau_bias_censored",
-                                 "pair_evals")
+                                 "pair_evals", "tau_bias_control", "tau_bias_flag")
 """summary.csv's columns of split pairs, last, written only when the experiment has a pairs.jsonl (`diffmem
 pairs`): both members' rows name their pair (the split-0 run's name) and carry the pair's tau_bias, its interval
 ``tau_bias_lo`` / ``tau_bias_hi`` (the bracket of evaluations: the one before and the one from which the bias stays
-established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``; other runs
-leave them empty. After them come six columns per level L of ``eval.bias_levels`` (:func:`level_columns` of
+established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``, then its
+no-member control: ``tau_bias_control``, the step from which the control bias left 0 by tau_bias's rule (either
+way; empty: it held), and ``tau_bias_flag``, why the bias is flagged (empty: not flagged; a flagged pair enters no
+law); both empty for lines written before the control bias. Other runs leave them empty. After them come six columns per level L of ``eval.bias_levels`` (:func:`level_columns` of
 ``tau_bias``): ``tau_bias_at_L``, ``_lo``, ``_hi``, ``_censored``, ``_bracket_lo``, ``_bracket_hi``, the step at
 which the pair's bias crosses L, its interval, and the two evaluations it is interpolated between."""
 
@@ -235,9 +237,18 @@ class PairSummary:
     n_evals: int
     tau_bias: Estimate
     levels: dict[str, Estimate] = field(default_factory=dict)  # tau_bias_at_L per level L of eval.bias_levels
+    control: ControlReading | None = None  # tau_bias's rule on the control bias (pairs.jsonl control_bias_*)
+
+    @property
+    def flag(self) -> str:
+        """Why the pair's bias is flagged ('' when its control held its null or it has none)."""
+        return self.control.flag("tau_bias (the control bias)") if self.control is not None else ""
 
     def estimate(self, quantity: str) -> Estimate:
-        """tau_bias or one of its level crossings by name (a pair has no other timescale)."""
+        """tau_bias or one of its level crossings by name (a pair has no other timescale); no value, naming the
+        flag, when the control bias left its null."""
+        if self.flag:
+            return Estimate(None, None, None, False, f"flagged, left out: {self.flag}")
         if quantity == "tau_bias":
             return self.tau_bias
         if quantity in self.levels:
@@ -248,7 +259,9 @@ class PairSummary:
         """The :data:`PAIR_COLUMNS` and bias-level cells of both members' summary.csv rows."""
         e = self.tau_bias
         cells = {"pair": self.run, "tau_bias": e.value, "tau_bias_lo": e.lo, "tau_bias_hi": e.hi,
-                 "tau_bias_censored": e.censored, "pair_evals": self.n_evals}
+                 "tau_bias_censored": e.censored, "pair_evals": self.n_evals,
+                 "tau_bias_control": self.control.left if self.control is not None else None,
+                 "tau_bias_flag": self.flag if self.control is not None else None}
         for name, est in self.levels.items():
             cells |= level_cells_of(name, est)
         return cells
@@ -268,15 +281,21 @@ def summarize_pairs(lines_by_pair: dict[str, list[dict[str, Any]]],
         steps = [float(r["step"]) for r in lines]
         bias, bias_lo, bias_hi = ([r.get(k) for r in lines] for k in ("bias", "bias_lo", "bias_hi"))
         levels = (bias_levels or {}).get(pair, EvalConfig.bias_levels)
+        control = None
         try:
             est = timescales.tau_bias(steps, bias_lo)
             crossings = {level_name(v, "tau_bias"): timescales.tau_bias_level(steps, bias, bias_lo, bias_hi, v)
                          for v in levels}
+            if any(r.get("control_bias_lo") is not None for r in lines):  # lines written before it have none
+                control = ControlReading(
+                    timescales.tau_bias(steps, [r.get("control_bias_lo") for r in lines]),
+                    timescales.tau_bias(steps, [None if r.get("control_bias_hi") is None else -r["control_bias_hi"]
+                                                for r in lines]))
         except TimescaleInputError as e:
             warnings.warn(f"pair {pair}: tau_bias not estimated: {e}", stacklevel=2)
             est, crossings = Estimate(None, None, None, False, str(e)), {}
         out.append(PairSummary(pair, (str(first.get("run_a")), str(first.get("run_b"))), int(first["n"]),
-                               int(first["width"]), int(first["seed_train"]), len(lines), est, crossings))
+                               int(first["width"]), int(first["seed_train"]), len(lines), est, crossings, control))
     return tuple(out)
 
 

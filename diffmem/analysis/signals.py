@@ -17,6 +17,16 @@ The timescales of one run (:func:`run_signals`):
 - **tau_auc**: the membership AUC of the levels combined stays above 0.5 (``estimate_run``'s tau_auc,
   :func:`diffmem.analysis.timescales.tau_auc`); **tau_auc(t)** the same rule on each level's ``auc_lo``.
 
+**The no-member control** (:func:`control_reading`; runs whose evaluations record the control keys,
+``control_losses``, ``control_auc_lo``, ...): each signal's rule applied to the control block in the train set's
+place, and mirrored (the control fitted *worse* than the held-out images), so two-sided. The control must never open:
+the model saw neither group. A signal whose control opened (measured, or open from the first evaluation) at some
+level is **flagged** (``<signal>_flag`` in summary.csv, ``flags`` in fits.json's calibration, the report): it
+measures how the image sets were drawn as much as memorization. A flagged signal keeps its value in summary.csv but
+enters no law and no lag law (:func:`signal_estimate` gives it no value, naming the flag), and a level whose control
+opened is not a candidate for tau_gap_first. Runs without the control keys (folders written before them, a training
+part of one block) have no control: ``control_n`` is empty and nothing is flagged; the report says so.
+
 The calibration against tau_mem (:func:`lag`, :func:`cell_lags`, :func:`lag_verdicts`): for each signal S
 (tau_gap at the run's ``loss_t``, tau_gap_first, tau_auc) and each reference R (the onset tau_mem and each level
 crossing tau_mem_at_L), the **lag** R / S, how many times later memorization is seen in the samples than the
@@ -65,10 +75,17 @@ def estimate_columns(name: str) -> tuple[str, ...]:
     return (name, f"{name}_lo", f"{name}_hi", f"{name}_censored")
 
 
+CONTROL_COLUMNS: tuple[str, ...] = ("control_n", "tau_gap_control", "tau_gap_flag", "tau_gap_first_flag",
+                                    "tau_auc_control", "tau_auc_flag")
+"""summary.csv's columns of the no-member control: the control images per evaluation, the step from which the
+control of tau_gap (at the run's ``loss_t``) and of tau_auc (levels combined) left its null by the signal's own rule
+(empty: it never did), and each signal's flag (empty, or why it is flagged)."""
+
 SIGNAL_COLUMNS: tuple[str, ...] = (
     "tau_gap_lo", "tau_gap_hi", *estimate_columns("tau_auc"), *estimate_columns("tau_gap_first"), "tau_gap_first_t",
     "membership_n",
     *estimate_columns("gap_lag"), *estimate_columns("gap_first_lag"), *estimate_columns("auc_lag"),
+    *CONTROL_COLUMNS,
 )
 """summary.csv's columns of the sampling-free signals, after the level columns, written only when some run records
 the keys (empty for the others): ``tau_gap_lo`` / ``tau_gap_hi`` (the bracket of tau_gap at the run's ``loss_t``,
@@ -107,12 +124,50 @@ def is_signal_quantity(name: str) -> bool:
 # --- one run --------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class ControlReading:
+    """A signal's rule applied to the no-member control: ``above`` (the control read as the train set is, e.g. its
+    AUC above 0.5) and ``below`` (mirrored: e.g. its AUC below 0.5). ``left`` is the step from which the control
+    left its null (the earlier side that opened), None when it never did."""
+
+    above: Estimate
+    below: Estimate
+
+    @property
+    def left(self) -> float | None:
+        opened = [e.value for e in (self.above, self.below) if left_its_null(e)]
+        return min(opened) if opened else None
+
+    def flag(self, what: str) -> str:
+        """'' when the control held its null, else one phrase naming ``what`` and the side and step."""
+        if self.left is None:
+            return ""
+        side = "above" if left_its_null(self.above) and self.above.value == self.left else "below"
+        return f"the control of {what} left its null ({side}) from about step {self.left:.4g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"above": estimate_dict(self.above), "below": estimate_dict(self.below), "left": self.left}
+
+
+def left_its_null(est: Estimate) -> bool:
+    """Whether a control's estimate says it opened: measured, or open from the first evaluation (an upper bound);
+    not when it never opened (a lower bound) or has no value."""
+    return est.value is not None and (not est.censored or est.lo is None)
+
+
+@dataclass(frozen=True)
 class LevelSignal:
-    """One noise level's timescales: ``t`` (diffusion time of ``eval.loss_ts``), tau_gap(t) and tau_auc(t)."""
+    """One noise level's timescales: ``t`` (diffusion time of ``eval.loss_ts``), tau_gap(t) and tau_auc(t), and
+    their no-member controls (None without the control keys)."""
 
     t: float
     tau_gap: Estimate
     tau_auc: Estimate
+    gap_control: ControlReading | None = None
+    auc_control: ControlReading | None = None
+
+    @property
+    def gap_flag(self) -> str:
+        return self.gap_control.flag(f"tau_gap(t = {self.t:g})") if self.gap_control is not None else ""
 
 
 @dataclass(frozen=True)
@@ -128,19 +183,38 @@ class RunSignals:
     lags: dict[str, Estimate] = field(default_factory=dict)
     membership_n: int | None = None
     tau_gap: Estimate | None = None  # tau_gap at the run's loss_t (estimate_run's), for its bracket's columns
+    control_n: int | None = None  # control images per evaluation; None: no control recorded
+    controls: dict[str, ControlReading] = field(default_factory=dict)  # "tau_gap", "tau_auc": their controls
+    flags: dict[str, str] = field(default_factory=dict)  # signal -> why it is flagged (only flagged signals)
 
     def estimates(self) -> dict[str, Estimate]:
-        """Every timescale and lag by name (what the laws fit)."""
+        """Every timescale and lag by name, flagged or not (summary.csv's values)."""
         return {"tau_auc": self.tau_auc, "tau_gap_first": self.tau_gap_first, **self.lags}
+
+    def flag_of(self, quantity: str) -> str:
+        """Why ``quantity`` (a signal or a lag of one) is flagged, '' when it is not."""
+        if quantity in self.flags:
+            return self.flags[quantity]
+        match = LAG_PATTERN.match(quantity)
+        if match:
+            signal = {v: k for k, v in SIGNALS.items()}[f"{match.group(1)}_lag"]
+            return self.flags.get(signal, "")
+        return ""
 
     def row(self) -> dict[str, Any]:
         """The :data:`SIGNAL_COLUMNS` cells of the run's summary.csv row."""
-        cells: dict[str, Any] = {"tau_gap_first_t": self.first_t, "membership_n": self.membership_n}
+        cells: dict[str, Any] = {"tau_gap_first_t": self.first_t, "membership_n": self.membership_n,
+                                 "control_n": self.control_n}
         if self.tau_gap is not None:
             cells |= {"tau_gap_lo": self.tau_gap.lo, "tau_gap_hi": self.tau_gap.hi}
         for name, est in self.estimates().items():
             if name in SIGNAL_COLUMNS:
                 cells |= dict(zip(estimate_columns(name), (est.value, est.lo, est.hi, est.censored)))
+        for name in ("tau_gap", "tau_auc"):
+            if name in self.controls:
+                cells[f"{name}_control"] = self.controls[name].left
+        for name in ("tau_gap", "tau_gap_first", "tau_auc"):
+            cells[f"{name}_flag"] = self.flags.get(name, "") if self.control_n else None
         return cells
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,7 +223,13 @@ class RunSignals:
                 "tau_gap_t": [estimate_dict(lv.tau_gap) for lv in self.levels],
                 "tau_auc_t": [estimate_dict(lv.tau_auc) for lv in self.levels],
                 "tau_auc": estimate_dict(self.tau_auc), "tau_gap_first": estimate_dict(self.tau_gap_first),
-                "tau_gap_first_t": self.first_t, "lags": {k: estimate_dict(e) for k, e in self.lags.items()}}
+                "tau_gap_first_t": self.first_t, "lags": {k: estimate_dict(e) for k, e in self.lags.items()},
+                "control_n": self.control_n,
+                "control": ({"tau_gap_t": [lv.gap_control.to_dict() for lv in self.levels],
+                             "tau_auc_t": [lv.auc_control.to_dict() for lv in self.levels],
+                             **{k: c.to_dict() for k, c in self.controls.items()}}
+                            if self.control_n else None),
+                "flags": dict(self.flags)}
 
 
 def estimate_dict(est: Estimate) -> dict[str, Any]:
@@ -179,8 +259,10 @@ def recorded_levels(evaluations: Sequence[Mapping[str, Any]]) -> tuple[float, ..
 
 
 def first_gap(levels: Sequence[LevelSignal]) -> tuple[Estimate, float | None]:
-    """(tau_gap_first, its level t): the level whose gap opens first (module docstring); t is None when no level's
-    gap opened (a lower bound at the last step) or none has tau_gap."""
+    """(tau_gap_first, its level t): the level whose gap opens first (module docstring), among the levels whose
+    control held its null; t is None when no such level's gap opened (a lower bound at the last step) or none has
+    tau_gap."""
+    levels = [lv for lv in levels if not lv.gap_flag]
     ahead = [lv for lv in levels if lv.tau_gap.value is not None and lv.tau_gap.censored and lv.tau_gap.lo is None]
     measured = [lv for lv in levels if lv.tau_gap.measured]
     for group, what in ((ahead, "open at the first evaluation"), (measured, "the smallest measured tau_gap(t)")):
@@ -223,11 +305,15 @@ def run_signals(evaluations: Sequence[Mapping[str, Any]], estimates: Mapping[str
     if not has_signals(evaluations):
         return None
     steps = [float(e["step"]) for e in evaluations]
+    control_n = next((e["control_n"] for e in reversed(evaluations) if e.get("control_n")), None)
     try:
         levels = tuple(LevelSignal(
             t, timescales.tau_gap(steps, level_series(evaluations, "train_losses", t),
                                   level_series(evaluations, "test_losses", t)),
-            timescales.tau_auc(steps, level_series(evaluations, "auc_lo", t))) for t in recorded_levels(evaluations))
+            timescales.tau_auc(steps, level_series(evaluations, "auc_lo", t)),
+            *(control_reading(steps, evaluations, t) if control_n else (None, None)))
+            for t in recorded_levels(evaluations))
+        combined = combined_control(steps, evaluations) if control_n else None
     except TimescaleInputError as e:
         warnings.warn(f"run {run}: sampling-free signals not estimated: {e}", stacklevel=2)
         return None
@@ -239,7 +325,43 @@ def run_signals(evaluations: Sequence[Mapping[str, Any]], estimates: Mapping[str
     lags = {lag_name(s, r): lag(estimates[r], est) for s, est in signals.items() for r in references
             if r in estimates}
     n = next((e["membership_n"] for e in reversed(evaluations) if e.get("membership_n") is not None), None)
-    return RunSignals(levels, auc, first, first_t, lags, n, signals["tau_gap"])
+    controls: dict[str, ControlReading] = {}
+    flags: dict[str, str] = {}
+    if control_n:
+        loss_t = next((float(e["loss_t"]) for e in reversed(evaluations) if e.get("loss_t") is not None), None)
+        at_loss_t = next((lv for lv in levels if loss_t is not None and math.isclose(lv.t, loss_t, rel_tol=1e-9)),
+                         None)
+        if at_loss_t is not None:
+            controls["tau_gap"] = at_loss_t.gap_control
+            if at_loss_t.gap_flag:
+                flags["tau_gap"] = at_loss_t.gap_flag
+        controls["tau_auc"] = combined
+        if combined.flag("tau_auc"):
+            flags["tau_auc"] = combined.flag("tau_auc")
+        if all(lv.gap_flag for lv in levels):
+            flags["tau_gap_first"] = "the control of every level's gap left its null"
+    return RunSignals(levels, auc, first, first_t, lags, n, signals["tau_gap"], control_n, controls, flags)
+
+
+def control_reading(steps: Sequence[float], evaluations: Sequence[Mapping[str, Any]],
+                    t: float) -> tuple[ControlReading, ControlReading]:
+    """(gap control, AUC control) at level ``t``: tau_gap's rule on the control's and the held-out images' losses,
+    both ways round, and tau_auc's rule on the control AUC's lower end above 0.5 and its upper end below 0.5."""
+    control = level_series(evaluations, "control_losses", t)
+    test = level_series(evaluations, "test_losses", t)
+    hi = level_series(evaluations, "control_auc_hi", t)
+    return (ControlReading(timescales.tau_gap(steps, control, test), timescales.tau_gap(steps, test, control)),
+            ControlReading(timescales.tau_auc(steps, level_series(evaluations, "control_auc_lo", t)),
+                           timescales.tau_auc(steps, [None if v is None else 1.0 - v for v in hi])))
+
+
+def combined_control(steps: Sequence[float], evaluations: Sequence[Mapping[str, Any]]) -> ControlReading:
+    """The control of tau_auc (levels combined): its rule on ``control_membership_auc_lo`` above 0.5 and on
+    ``control_membership_auc_hi`` below 0.5."""
+    lo = [e.get("control_membership_auc_lo") for e in evaluations]
+    hi = [e.get("control_membership_auc_hi") for e in evaluations]
+    return ControlReading(timescales.tau_auc(steps, lo), timescales.tau_auc(steps, [None if v is None else 1.0 - v
+                                                                                    for v in hi]))
 
 
 def signal_estimate(signals: RunSignals | None, quantity: str) -> Estimate | None:
@@ -249,6 +371,9 @@ def signal_estimate(signals: RunSignals | None, quantity: str) -> Estimate | Non
         return None
     if signals is None:
         return Estimate(None, None, None, False, "the run did not record the per-level losses (eval.loss_ts)")
+    flag = signals.flag_of(quantity)
+    if flag:
+        return Estimate(None, None, None, False, f"flagged, left out: {flag}")
     return signals.estimates().get(quantity, Estimate(None, None, None, False, f"{quantity} is not defined here"))
 
 

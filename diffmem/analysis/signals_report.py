@@ -4,6 +4,8 @@
 
 - per run: tau_gap (at the run's ``loss_t``), tau_gap_first with its diffusion time, tau_auc, tau_mem and the lags
   tau_mem / signal, each with its 95 % interval;
+- per run: the no-member control next to them (:func:`control_lines`): where each signal's control left its null,
+  and the flags;
 - per run and noise level: tau_gap(t) and tau_auc(t);
 - per cell (N, W): each lag's geometric mean over the seeds with its interval (fits.json ``calibration.cells``);
 - the laws of the signals in N and of their lags, and for each lag law the plain sentence of
@@ -109,6 +111,34 @@ def verdict_rows(calibration: Mapping[str, Any]) -> list[list[str]]:
     return out
 
 
+def control_lines(rows: Sequence[dict[str, Any]], calibration: Mapping[str, Any]) -> list[str]:
+    """The no-member control next to the signals: per run the control images, the step from which each signal's
+    control left its null (by the signal's own rule, either way) and the flags; a sentence when no run has one."""
+    runs = {r["run"]: r for r in calibration.get("runs", [])}
+    with_control = [r for r in rows if r.get("control_n")]
+    lines = ["", "**The no-member control.** Each signal's rule applied to the control block (never trained on, "
+             "drawn as the train set) in the train set's place, above and below its null: it must never open. A "
+             "signal whose control opened is flagged: it measures how the image sets were drawn as much as "
+             "memorization, keeps its value above, and enters no law.", ""]
+    if not with_control:
+        return lines + ["No run recorded the control (folders written before it, or a training part of one block): "
+                        "these signals are not checked against their null."]
+
+    def left(value: Any) -> str:
+        return "held" if value is None else f"left from ~{value:.4g}"
+
+    table_rows = []
+    for r in with_control:
+        flags = runs.get(r["run"], {}).get("flags", {})
+        levels = runs.get(r["run"], {}).get("control") or {}
+        opened = [f"{t:g}" for t, c in zip(runs.get(r["run"], {}).get("loss_ts", []), levels.get("tau_gap_t", []))
+                  if c.get("left") is not None]
+        table_rows.append([r["run"], r["control_n"], left(r.get("tau_gap_control")), left(r.get("tau_auc_control")),
+                           ", ".join(opened) or "none", "; ".join(f"{k}: {v}" for k, v in flags.items()) or "none"])
+    return lines + table(["run", "control images", "control of tau_gap", "control of tau_auc",
+                          "levels whose gap control opened (t)", "flags"], table_rows)
+
+
 def signals_section(rows: Sequence[dict[str, Any]], fits_json: Mapping[str, Any]) -> list[str]:
     """The section's lines (module docstring); [] when the runs did not record the per-level losses."""
     calibration = fits_json.get("calibration")
@@ -125,6 +155,7 @@ def signals_section(rows: Sequence[dict[str, Any]], fits_json: Mapping[str, Any]
              "`gap_first_lag`, `auc_lag` against the onset, `..._at_L` against the level crossing tau_mem_at_L.", ""]
     lines += table(["run", "N", "W", "seed", "tau_gap", "tau_gap_first (t)", "tau_auc", "tau_mem", "gap lag",
                     "gap_first lag", "auc lag"], run_rows(recorded))
+    lines += control_lines(recorded, calibration)
     header, level_table = level_rows(calibration)
     lines += ["", "Per noise level t: tau_gap(t) / tau_auc(t) (the AUC of that level alone).", ""]
     lines += table(header, level_table)

@@ -102,7 +102,9 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
                         fid_extractor: str = "inception-v3-compat", sample_grids: bool = False,
                         stop_after: int | None = None, truncate_last_line: bool = False,
                         noise_seed: int = 0, loss_ts: Sequence[float] = (),
-                        gap_at_t: Sequence[float | None] | None = None, tau_auc: float | None = None) -> PlantedRun:
+                        gap_at_t: Sequence[float | None] | None = None, tau_auc: float | None = None,
+                        control_at_t: Sequence[float | None] | None = None,
+                        control_auc: float | None = None, control_below: bool = False) -> PlantedRun:
     """Write one run folder (config.json, metrics.jsonl and, unless ``stop_after`` cuts it short, done).
 
     ``stop_after``: keep only the first this many evaluations and leave no done file (a run still training).
@@ -112,6 +114,9 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
     ``loss_ts``: also record the per-level losses and membership AUCs at these diffusion times, the gap of level k
     opening at ``gap_at_t[k]`` (default: none opens) and the combined AUC leaving 0.5 at ``tau_auc`` (default: the
     earliest level's step; module docstring).
+    ``control_at_t``: also record the no-member control (``control_n`` = n), whose gap and AUC at level k leave
+    their null at ``control_at_t[k]`` (None: never), the combined control AUC at ``control_auc``; with
+    ``control_below`` they leave it downwards (the control fitted worse than the held-out images).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +155,9 @@ def write_synthetic_run(run_dir: str | Path, *, n: int, width: int, seed: int = 
             write_planted_grid(RunDir(run_dir).samples_path(int(s)), f, n=n, size=cfg.data.image_size,
                                rng=np.random.default_rng([noise_seed, n, width, seed, int(s)]))
         levels = planted_levels(float(s), n, loss_ts, gap_at_t, tau_auc, loss_noise, rng) if loss_ts else {}
+        if loss_ts and control_at_t is not None:
+            levels |= planted_control(float(s), n, loss_ts, levels["test_losses"], tuple(control_at_t), control_auc,
+                                      control_below, loss_noise, rng)
         lines.append(json.dumps({
             "step": int(s), "images_seen": int(s) * batch, "wall_s": round(float(s) * 1e-3, 3),
             "n_samples": n_samples, "sampler": "ddim", "sampler_steps": 100,
@@ -206,6 +214,33 @@ def planted_levels(s: float, n: int, loss_ts: Sequence[float], gap_at_t: Sequenc
             "membership_n": n, "auc": [a[0] for a in aucs], "auc_lo": [a[1] for a in aucs],
             "auc_hi": [a[2] for a in aucs], "membership_auc": combined[0], "membership_auc_lo": combined[1],
             "membership_auc_hi": combined[2]}
+
+
+def planted_control(s: float, n: int, loss_ts: Sequence[float], test: Sequence[float],
+                    control_at_t: tuple[float | None, ...], control_auc: float | None, below: bool,
+                    loss_noise: float, rng: np.random.Generator) -> dict[str, object]:
+    """The no-member control's keys of one planted metrics line at step ``s``: at level k the control's mean loss
+    equals the held-out one (up to noise) until ``control_at_t[k]``, then falls below it (``below``: rises above it)
+    as a fitted train set's does, and its AUC leaves 0.5 upwards (downwards) at the same step."""
+    if len(control_at_t) != len(loss_ts):
+        raise ValueError(f"control_at_t has {len(control_at_t)} steps for {len(loss_ts)} levels of loss_ts")
+    losses, aucs = [], []
+    for te, g in zip(test, control_at_t):
+        c = te
+        if g is not None and s > g:
+            c = te * ((g / s) ** 0.5 if not below else 1 + 0.5 * (1 - g / s))
+        losses.append(float(c * (1 + loss_noise * rng.standard_normal())))
+        aucs.append(planted_auc(s, g, rng))
+    combined = planted_auc(s, control_auc, rng)
+    if below:
+        aucs = [(1 - a, 1 - hi, 1 - lo) for a, lo, hi in aucs]
+        combined = (1 - combined[0], 1 - combined[2], 1 - combined[1])
+    return {"control_n": n, "control_losses": losses,
+            "control_gap_lo": [t - c - 0.02 * t for t, c in zip(test, losses)],
+            "control_gap_hi": [t - c + 0.02 * t for t, c in zip(test, losses)],
+            "control_auc": [a[0] for a in aucs], "control_auc_lo": [max(0.0, a[1]) for a in aucs],
+            "control_auc_hi": [min(1.0, a[2]) for a in aucs], "control_membership_auc": combined[0],
+            "control_membership_auc_lo": max(0.0, combined[1]), "control_membership_auc_hi": min(1.0, combined[2])}
 
 
 def write_planted_grid(path: Path, f_mem: float, *, n: int, size: int, rng: np.random.Generator) -> np.ndarray:
