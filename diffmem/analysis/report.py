@@ -29,7 +29,7 @@ Steps are optimizer steps throughout.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from diffmem import __version__
 from diffmem.analysis.goodness import GoodnessOfFit
@@ -345,6 +345,24 @@ def unresolved_section(rows: Sequence[dict[str, Any]], not_fitted: Sequence[str]
 
 # --- the page -------------------------------------------------------------------------------------------------------
 
+def blind_section(fits_json: Mapping[str, Any]) -> list[str]:
+    """The blind baseline (fits.json ``blind_baseline``, :mod:`diffmem.analysis.blind`): what the images alone tell
+    of each train set against its non-members, before any signal of the model; [] without it."""
+    blind = fits_json.get("blind_baseline")
+    if not blind:
+        return []
+    rows = [[", ".join(s["runs"]), s["m"], s["n"], s["reference"], f"{s['mmd_p']:.3g}",
+             f"{s['auc']:.3f} [{s['auc_lo']:.3f}, {s['auc_hi']:.3f}]"] for s in blind["sets"]]
+    return ["## Blind baseline: the image sets without the model", "",
+            "How well each train set can be told from the held-out images its signals are compared with, by the "
+            "images alone (diffmem's docs/analysis.md, section Blind baseline): a kernel two-sample test (MMD, "
+            "permutation p-value; small: the sets differ in distribution) and a distance-only membership score "
+            "(each image's distance to the nearest training-part image the run does not train on; AUC 0.5 for "
+            f"exchangeable sets). Method: {blind['method']}.", ""] + \
+        _table(["runs (one image set)", "train images", "non-members", "reference images", "MMD p", "distance AUC"],
+              rows) + [""]
+
+
 def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = None) -> str:
     """The report page of ``experiment_dir`` (its run folders) analyzed into ``analysis_dir`` (default: the same
     folder; it holds summary.csv, fits.json and figures/)."""
@@ -364,6 +382,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
              "`config.json`, `summary.csv`, `fits.json` and `figures/`. Steps are optimizer steps; intervals are "
              "95 %." + (f" Only the evaluations that drew {only} samples are used." if only else ""), ""]
     lines += settings_section(records)
+    lines += blind_section(fits_json)
     lines += timescales_section(rows)
     lines += laws_section(fits_json, fit_rows)
     lines += pairs_section(rows, fit_rows, entries, figures_dir, "figures")
