@@ -14,8 +14,8 @@ from scipy import stats
 from diffmem.analysis import analyze
 from diffmem.analysis.report import report_text
 from diffmem.analysis.runfiles import read_csv, read_run
-from diffmem.analysis.signals import (SIGNAL_COLUMNS, LevelSignal, first_gap, lag, lag_name, run_signals,
-                                      signal_estimate)
+from diffmem.analysis.signals import (CONSTANT_LAG_MAX_WIDTH, SIGNAL_COLUMNS, LevelSignal, first_gap, lag, lag_name,
+                                      run_signals, signal_estimate, verdict)
 from diffmem.analysis.synthetic import evaluation_steps, write_synthetic_experiment, write_synthetic_run
 from diffmem.analysis.timescales import Estimate, estimate_run
 from diffmem.figures import load_experiment_files
@@ -112,16 +112,46 @@ def constant_lag(tmp_path_factory):
     return root, analyze(root)
 
 
-def test_constant_lag_is_recognised(constant_lag):
+def test_a_constant_lag_on_a_coarse_grid_is_not_resolved(constant_lag):
+    """Planted constant lag, 40 evaluations over 400 N steps: the exponent's interval holds 0 and excludes tau_mem's
+    exponent, but is wider than CONSTANT_LAG_MAX_WIDTH: not resolved, saying why."""
     root, _ = constant_lag
     fits = json.loads((root / "fits.json").read_text())
     law = fits["auc_lag_vs_n"]
     assert law["exponent_lo"] <= 0 <= law["exponent_hi"]
+    assert law["exponent_hi"] - law["exponent_lo"] > CONSTANT_LAG_MAX_WIDTH
     assert fits["tau_auc_vs_n"]["exponent_lo"] <= 1 <= fits["tau_auc_vs_n"]["exponent_hi"]
     (verdict,) = [v for v in fits["calibration"]["laws"] if v["law"] == "auc_lag_vs_n"]
-    assert verdict["verdict"] == "constant lag" and verdict["early_warning"] is True
-    assert "early warning" in verdict["sentence"] and "holds 0" in verdict["sentence"]
+    assert verdict["verdict"] == "not resolved" and verdict["early_warning"] is True
+    assert verdict["reference_exponent"] == pytest.approx(fits["tau_mem_vs_n"]["by_width"]["8"]["exponent"])
+    assert "wide" in verdict["sentence"] and "holds 0" in verdict["sentence"]
     assert "auc_lag_vs_width" not in fits  # one width: no law in W
+
+
+def test_a_constant_lag_on_a_dense_grid_is_recognised(tmp_path):
+    write_synthetic_experiment(
+        tmp_path, [64, 128, 256, 512], widths=[8], seeds=(0, 1, 2), n_evals=160, steps=lambda n, w: 400 * n,
+        tau_gen=lambda n, w: 2000.0, tau_mem=lambda n, w: 100.0 * n, loss_ts=LOSS_TS,
+        gap_at_t=lambda n, w: (50.0 * n, 10.0 * n, None), tau_auc=lambda n, w: 25.0 * n)
+    analyze(tmp_path)
+    fits = json.loads((tmp_path / "fits.json").read_text())
+    (verdict,) = [v for v in fits["calibration"]["laws"] if v["law"] == "auc_lag_vs_n"]
+    assert verdict["exponent_hi"] - verdict["exponent_lo"] <= CONSTANT_LAG_MAX_WIDTH
+    assert verdict["verdict"] == "constant lag" and "excludes tau_mem's exponent" in verdict["sentence"]
+
+
+def test_a_lag_whose_interval_holds_both_zero_and_the_references_exponent_is_not_resolved():
+    from diffmem.analysis.powerlaw import PowerLawFit
+
+    fit = PowerLawFit.from_dict({"quantity": "auc_lag", "x": "n", "exponent": 0.6, "exponent_lo": -0.4,
+                                 "exponent_hi": 1.6, "prefactor": 1.0, "n_runs": 3, "reason": None})
+    cells = [{"geometric_mean": 3.0, "lo": 2.0, "hi": 4.0}]
+    text, early, sentence = verdict(fit, cells, reference_exponent=1.1)
+    assert text == "not resolved" and early is True and "own exponent 1.10" in sentence
+    assert verdict(fit, cells, None)[0] == "not resolved"
+    grows = PowerLawFit.from_dict({"quantity": "auc_lag", "x": "n", "exponent": 0.6, "exponent_lo": 0.1,
+                                   "exponent_hi": 1.1, "prefactor": 1.0, "n_runs": 3, "reason": None})
+    assert verdict(grows, cells, 1.1)[0] == "lag changes with n"
 
 
 def test_cell_lags_are_the_geometric_mean_with_a_t_interval(constant_lag):
@@ -159,7 +189,7 @@ def test_summary_columns_and_the_report_section(constant_lag):
     text = report_text(root)
     section = text[text.index("## Sampling-free signals"):]
     assert "| n00064_w08_s0 | 64 | 8 | 0 |" in section and "(t = 0.1)" in section
-    assert "`auc_lag_vs_n` | width = 8" in section and "constant lag" in section
+    assert "`auc_lag_vs_n` | width = 8" in section and "not resolved" in section
     assert "In words" in section
 
 

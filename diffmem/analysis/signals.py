@@ -44,9 +44,11 @@ the onset, ``auc_lag_at_0.01`` against tau_mem_at_0.01, and so on (:func:`lag_na
 - The law of each lag against N (per width) and against W (per N) by the project's fit (diffmem.analysis.powerlaw,
   fitted in :mod:`diffmem.analysis.scaling` like every law, each run's lag interval as its bracket: uniform in log
   over lo..hi, which overstates the variance of a ratio of two brackets by up to a factor 2, a conservative width).
-  Its exponent is the difference of the exponents of R and S: **a constant lag** (S scales with N as tau_mem does)
-  <=> the 95 % interval of the lag's exponent holds 0; an **early warning** <=> every cell's lag interval lies
-  above 1. :func:`lag_verdicts` says which, in a sentence, or "not resolved".
+  Its exponent is the difference of the exponents of R and S: **a lag that changes with N** <=> the 95 % interval
+  of the lag's exponent excludes 0; **a constant lag** (S scales with N as tau_mem does) <=> it holds 0, excludes
+  R's own exponent (the lag of a signal flat in N) and is at most :data:`CONSTANT_LAG_MAX_WIDTH` wide; otherwise
+  **not resolved**. An **early warning** <=> every cell's lag interval lies above 1. :func:`lag_verdicts` says
+  which, in a sentence.
 """
 from __future__ import annotations
 
@@ -102,7 +104,8 @@ CALIBRATION_METHOD = (
     "Student-t interval of the mean log lag (>= 2 seeds), at least from the geometric mean of the seeds' lower to "
     "that of their upper ends (the run's own interval with one seed); lag laws by the fit "
     "method of every law, their exponent = exponent(tau_mem) - exponent(signal): constant lag <=> its interval holds "
-    "0; early warning <=> every cell's lag interval lies above 1")
+    "0, excludes the reference's exponent and is at most 0.5 wide (otherwise not resolved); early warning <=> every "
+    "cell's lag interval lies above 1")
 """The calibration's method in one line (fits.json ``calibration.method``)."""
 
 
@@ -427,11 +430,21 @@ def _signal_and_reference(name: str) -> tuple[str, str]:
     return signal, "tau_mem" + (f"_at_{level}" if level else "")
 
 
-def verdict(fit: PowerLawFit, cells: Sequence[Mapping[str, Any]]) -> tuple[str, bool | None, str]:
-    """(verdict, early warning, sentence) of one lag law over ``cells`` (its cells of :func:`cell_lags`):
-    verdict "constant lag" (the exponent's interval holds 0), "lag changes with <x>" (it excludes 0) or "not
-    resolved" (no law, or no interval); early warning True when every cell's lag interval lies above 1, False when
-    some cell's lies below 1, else None."""
+CONSTANT_LAG_MAX_WIDTH = 0.5
+"""The widest 95 % interval of a lag's exponent that may call the lag constant: over the N range of a sweep (8x to
+32x) a lag within N^[-0.25, 0.25] changes by at most a factor of 1.7 to 2.4."""
+
+
+def verdict(fit: PowerLawFit, cells: Sequence[Mapping[str, Any]],
+            reference_exponent: float | None = None) -> tuple[str, bool | None, str]:
+    """(verdict, early warning, sentence) of one lag law over ``cells`` (its cells of :func:`cell_lags`).
+
+    The verdict is "lag changes with <x>" when the exponent's 95 % interval excludes 0; "constant lag" only when it
+    holds 0, excludes ``reference_exponent`` (the reference's own exponent in x, e.g. tau_mem's: the lag of a signal
+    that does not scale at all) and is at most :data:`CONSTANT_LAG_MAX_WIDTH` wide; otherwise "not resolved" (no
+    law, no interval, an interval wide enough to hold both a constant lag and a signal flat in x, or no reference
+    exponent to tell them apart). Early warning: True when every cell's lag interval lies above 1, False when some
+    cell's lies below 1, else None."""
     signal, reference = _signal_and_reference(fit.quantity)
     lows = [c["lo"] for c in cells if c["geometric_mean"] is not None]
     highs = [c["hi"] for c in cells if c["geometric_mean"] is not None]
@@ -446,31 +459,48 @@ def verdict(fit: PowerLawFit, cells: Sequence[Mapping[str, Any]]) -> tuple[str, 
     interval = f"{fit.exponent:.2f} [{fit.exponent_lo:.2f}, {fit.exponent_hi:.2f}]"
     where = {True: "an early warning", False: "not an early warning (in some cell it comes after the reference)",
              None: "not resolved as an early warning (some cell's lag interval holds 1 or has no value)"}[early]
-    if fit.exponent_lo <= 0 <= fit.exponent_hi:
-        return "constant lag", early, (f"{who}: {where}, consistent with a constant lag (the lag's exponent in "
-                                       f"{fit.x_name}, {interval}, holds 0).")
-    trend = "grows" if fit.exponent > 0 else "shrinks"
-    return f"lag changes with {fit.x_name}", early, (f"{who}: {where}; the lag {trend} with {fit.x_name} (exponent "
-                                                     f"{interval} excludes 0: the signal does not scale as the "
-                                                     "reference does).")
+    if not fit.exponent_lo <= 0 <= fit.exponent_hi:
+        trend = "grows" if fit.exponent > 0 else "shrinks"
+        return f"lag changes with {fit.x_name}", early, (
+            f"{who}: {where}; the lag {trend} with {fit.x_name} (exponent {interval} excludes 0: the signal does not "
+            "scale as the reference does).")
+    width = fit.exponent_hi - fit.exponent_lo
+    if reference_exponent is None:
+        why = f"no law of {reference} in {fit.x_name} to compare with"
+    elif fit.exponent_lo <= reference_exponent <= fit.exponent_hi:
+        why = (f"it also holds {reference}'s own exponent {reference_exponent:.2f}, the lag of a signal that does "
+               f"not scale with {fit.x_name}")
+    elif width > CONSTANT_LAG_MAX_WIDTH:
+        why = f"it is {width:.2f} wide, more than the {CONSTANT_LAG_MAX_WIDTH:g} a constant lag is claimed within"
+    else:
+        return "constant lag", early, (f"{who}: {where}, with a constant lag (the lag's exponent in {fit.x_name}, "
+                                       f"{interval}, holds 0 and excludes {reference}'s exponent "
+                                       f"{reference_exponent:.2f}).")
+    return "not resolved", early, (f"{who}: {where}; whether the lag is constant is not resolved (the lag's exponent "
+                                   f"in {fit.x_name}, {interval}, holds 0, but {why}).")
 
 
 def lag_verdicts(fits: Mapping[str, FitSet], cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One entry per lag law in N over comparable runs (per width: FitSet.laws) in ``fits``: the law's name, its
-    runs, exponent with interval, and :func:`verdict`'s verdict, early warning and sentence."""
+    runs, exponent with interval, the reference's exponent in the same runs (its law in ``fits``), and
+    :func:`verdict`'s verdict, early warning and sentence."""
     out = []
     for name, fit_set in fits.items():
         quantity = name.removesuffix("_vs_n")
         if not name.endswith("_vs_n") or not LAG_PATTERN.match(quantity):
             continue
+        signal, reference = _signal_and_reference(quantity)
+        references = dict(fits[f"{reference}_vs_n"].laws()) if f"{reference}_vs_n" in fits else {}
         for group, fit in fit_set.laws():
             width = group.removeprefix("width = ")
             mine = [c for c in cells if c["lag"] == quantity and (not width.isdigit() or str(c["width"]) == width)]
-            text, early, sentence = verdict(fit, mine)
-            signal, reference = _signal_and_reference(quantity)
+            ref_fit = references.get(group)
+            ref_exponent = ref_fit.exponent if ref_fit is not None and ref_fit.fitted else None
+            text, early, sentence = verdict(fit, mine, ref_exponent)
             out.append({"law": name, "runs": group, "signal": signal, "reference": reference,
                         "exponent": fit.exponent, "exponent_lo": fit.exponent_lo, "exponent_hi": fit.exponent_hi,
-                        "verdict": text, "early_warning": early, "sentence": sentence})
+                        "reference_exponent": ref_exponent, "verdict": text, "early_warning": early,
+                        "sentence": sentence})
     return out
 
 
