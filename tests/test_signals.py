@@ -16,6 +16,7 @@ from diffmem.analysis.report import report_text
 from diffmem.analysis.runfiles import read_csv, read_run
 from diffmem.analysis.signals import (CONSTANT_LAG_MAX_WIDTH, SIGNAL_COLUMNS, LevelSignal, first_gap, lag, lag_name,
                                       run_signals, signal_estimate, verdict)
+from diffmem.analysis.gap_sizes import crossing_name, gap_size_columns, minimum_name, relative_gap, run_gap_sizes
 from diffmem.analysis.synthetic import evaluation_steps, write_synthetic_experiment, write_synthetic_run
 from diffmem.analysis.timescales import Estimate, estimate_run
 from diffmem.figures import load_experiment_files
@@ -183,7 +184,9 @@ def test_a_lag_that_grows_with_n_has_the_exponent_difference(tmp_path):
 def test_summary_columns_and_the_report_section(constant_lag):
     root, _ = constant_lag
     header = (root / "summary.csv").read_text().splitlines()[0].split(",")
-    assert header[-len(SIGNAL_COLUMNS):] == list(SIGNAL_COLUMNS)
+    start = header.index(SIGNAL_COLUMNS[0])
+    assert header[start:start + len(SIGNAL_COLUMNS)] == list(SIGNAL_COLUMNS)
+    assert header[start + len(SIGNAL_COLUMNS):] == gap_size_columns((0.1, 0.3, 1.0), LOSS_TS)  # then the effect sizes
     rows = read_csv(root / "summary.csv")
     assert {r["tau_gap_first_t"] for r in rows} == {0.1}
     text = report_text(root)
@@ -287,3 +290,83 @@ def test_the_report_and_fits_carry_the_control_and_its_flags(tmp_path):
     assert all(str(r["tau_auc_flag"]).startswith("the control of tau_auc left its null") for r in rows)
     section = report_text(tmp_path)
     assert "no-member control" in section and "left its null" in section
+
+
+# --- the gap as an effect size ----------------------------------------------------------------------------------------
+
+def planted_loss_base(s: float) -> float:
+    """A loss level that falls until step 1000 and rises after it."""
+    return 1.0 + 0.5 * abs(math.log(s / 1000.0))
+
+
+def linear_gap_records(steps, t=0.01, slope=1e-4, control=None):
+    """Evaluations at level t whose train loss is planted_loss_base and whose held-out loss is that times
+    (1 + slope x step), so the relative gap is slope x step (it reaches L at L / slope), with a +-1 % interval;
+    optionally the control's losses, control(step, train, held-out)."""
+    out = []
+    for s in steps:
+        train = planted_loss_base(s)
+        heldout = train * (1 + slope * s)
+        line = {"step": s, "loss_ts": [t], "train_losses": [train], "test_losses": [heldout],
+                "loss_gap_lo": [heldout - train - 0.01 * train], "loss_gap_hi": [heldout - train + 0.01 * train]}
+        if control is not None:
+            c = control(s, train, heldout)
+            line |= {"control_losses": [c], "control_gap_lo": [heldout - c - 0.01 * c],
+                     "control_gap_hi": [heldout - c + 0.01 * c]}
+        out.append(line)
+    return out
+
+
+def test_the_relative_gap_and_its_interval_are_the_welch_interval_over_the_train_mean():
+    keep, r, lo, hi = relative_gap([2.0, None, 4.0], [3.0, 1.0, 4.0], [0.5, 0.0, -0.4], [1.5, 0.0, 0.4])
+    assert keep.tolist() == [True, False, True]
+    assert np.allclose(r, [0.5, 0.0]) and np.allclose(lo, [0.25, -0.1]) and np.allclose(hi, [0.75, 0.1])
+
+
+def test_gap_size_crossings_lie_in_the_brackets_of_the_planted_steps_and_do_not_move_with_other_evaluations():
+    """A relative gap planted to reach each size at a known step: each crossing's interval holds it, and adding
+    evaluations elsewhere (as refinements for other estimators do) leaves the crossing's value where it was."""
+    from diffmem.analysis.synthetic import evaluation_steps as grid
+
+    steps = [int(s) for s in grid(100_000, 30)]
+    records = linear_gap_records(steps)
+    sizes = run_gap_sizes(records, (0.1, 0.3, 1.0))
+    for size in (0.1, 0.3, 1.0):
+        est = sizes.estimates[crossing_name(size, 0.01)]
+        assert est.measured and est.lo <= size / 1e-4 <= est.hi
+    denser = sorted(set(steps) | {7, 11, 13})  # three evaluations placed far from the crossings
+    again = run_gap_sizes(linear_gap_records(denser), (0.1, 0.3, 1.0))
+    assert again.estimates[crossing_name(0.3, 0.01)].value == pytest.approx(
+        sizes.estimates[crossing_name(0.3, 0.01)].value)
+    fine = np.geomspace(1, 100_000, 200_001)
+    truth = fine[np.argmin([planted_loss_base(v) * (1 + 1e-4 * v) for v in fine])]
+    minimum = sizes.estimates[minimum_name(0.01)]
+    assert minimum.lo <= truth <= minimum.hi and not minimum.censored
+
+
+def test_a_gap_size_crossing_whose_control_reaches_it_is_flagged():
+    from diffmem.analysis.synthetic import evaluation_steps as grid
+
+    steps = [int(s) for s in grid(100_000, 30)]
+    held = run_gap_sizes(linear_gap_records(steps, control=lambda s, train, heldout: heldout), (0.3,))
+    assert held.flags == {} and held.controls[crossing_name(0.3, 0.01)] is not None
+    fitted = run_gap_sizes(linear_gap_records(steps, control=lambda s, train, heldout: train), (0.3,))  # as members
+    assert crossing_name(0.3, 0.01) in fitted.flags
+    assert fitted.estimate(crossing_name(0.3, 0.01)).value is None
+    assert fitted.row()[f"{crossing_name(0.3, 0.01)}_flag"].startswith("the control of")
+
+
+def test_the_gap_is_largest_at_another_level_in_x0_units_than_in_epsilon_units():
+    """Epsilon-unit gaps 1.0 at t = 0.01 and 0.1 at t = 0.4: in x0 units (x (e^{2t} - 1)) 0.0202 against 0.1226."""
+    record = {"step": 10, "loss_ts": [0.01, 0.4], "train_losses": [1.0, 1.0], "test_losses": [2.0, 1.1],
+              "loss_gap_lo": [0.9, 0.0], "loss_gap_hi": [1.1, 0.2]}
+    sizes = run_gap_sizes([record], (0.1,))
+    assert (sizes.eps_peak_t, sizes.x0_peak_t) == (0.01, 0.4)
+
+
+def test_the_effect_size_laws_are_fitted_over_n(constant_lag):
+    root, _ = constant_lag
+    fits = json.loads((root / "fits.json").read_text())
+    assert f"{crossing_name(0.1, 0.1)}_vs_n" in fits and f"{minimum_name(0.01)}_vs_n" in fits
+    rows = read_csv(root / "summary.csv")
+    assert all(crossing_name(0.3, 0.1) in r for r in rows)

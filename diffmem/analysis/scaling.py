@@ -34,10 +34,11 @@ from diffmem.analysis.images import SUMMARY_IMAGE_COLUMNS, analyze_images
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.blind import BLIND_COLUMNS, BLIND_METHOD, experiment_baselines
+from diffmem.analysis.gap_sizes import GapSizes, gap_size_columns, gap_size_quantities, run_gap_sizes
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
                                        write_json)
-from diffmem.analysis.signals import (SIGNAL_COLUMNS, ControlReading, RunSignals, calibration, run_signals,
-                                     signal_estimate, signal_quantities)
+from diffmem.analysis.signals import (SIGNAL_COLUMNS, ControlReading, RunSignals, calibration, recorded_levels,
+                                     run_signals, signal_estimate, signal_quantities)
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS, EvalConfig
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
@@ -158,12 +159,15 @@ class RunSummary:
     train_s: float | None = None  # seconds of training steps (RunCost)
     eval_s: float | None = None  # seconds of evaluations (RunCost)
     signals: RunSignals | None = None  # the sampling-free signals (diffmem.analysis.signals); None without the keys
+    gap_sizes: GapSizes | None = None  # the gap as an effect size per level (diffmem.analysis.gap_sizes)
 
     def estimate(self, quantity: str) -> Estimate:
         """A timescale by name: tau_gen, tau_mem, tau_gap, tau_mem_epochs, a level crossing (tau_mem_at_L), or a
         sampling-free signal or lag (tau_auc, tau_gap_first, auc_lag, ...: diffmem.analysis.signals)."""
         if quantity in self.levels:
             return self.levels[quantity]
+        if self.gap_sizes is not None and (found := self.gap_sizes.estimate(quantity)) is not None:
+            return found
         if (found := signal_estimate(self.signals, quantity)) is not None:
             return found
         if quantity.startswith("tau_mem_at_"):
@@ -196,6 +200,7 @@ class RunSummary:
             "data_source": self.data_source, "image_size": self.image_size, "optimizer": self.optimizer,
             "lr": self.lr, "train_s": _rounded(self.train_s), "eval_s": _rounded(self.eval_s),
             **(self.signals.row() if self.signals is not None else {}),
+            **(self.gap_sizes.row() if self.gap_sizes is not None else {}),
         }
 
 
@@ -359,6 +364,7 @@ def summarize_run(record: RunRecord) -> RunSummary:
         optimizer=record.config.train.optimizer, lr=record.config.train.lr,
         train_s=record.cost.train_s, eval_s=record.cost.eval_s,
         signals=run_signals(record.evaluations, estimates, record.name),
+        gap_sizes=run_gap_sizes(record.evaluations, record.config.eval.gap_sizes),
     )
 
 
@@ -456,7 +462,7 @@ def fit_all(runs: Sequence[RunSummary]) -> dict[str, FitSet]:
     for name in sorted({name for r in runs for name in r.levels}, key=level_of):
         fits[f"{name}_vs_n"] = _vs_n(runs, name)
         fits[f"{name}_vs_width"] = _vs_width(runs, name)
-    for name in signal_quantities(runs):  # runs that record the per-level losses: diffmem.analysis.signals
+    for name in signal_quantities(runs) + gap_size_quantities(runs):  # runs that record the per-level losses
         fits[f"{name}_vs_n"] = _vs_n(runs, name)
         if len({r.width for r in runs}) > 1:
             fits[f"{name}_vs_width"] = _vs_width(runs, name)
@@ -669,6 +675,9 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     summary_csv = write_csv(target / "summary.csv",
                             SUMMARY_COLUMNS + tuple(level_columns(levels))
                             + (SIGNAL_COLUMNS if any(r.signals for r in runs) else ())
+                            + tuple(gap_size_columns(sorted({v for rec in records for v in rec.config.eval.gap_sizes}),
+                                                     sorted({t for r in records for t in recorded_levels(r.evaluations)}))
+                                    if any(r.gap_sizes for r in runs) else ())
                             + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias")) if pairs else ())
                             + (SUMMARY_IMAGE_COLUMNS if images.section else ())
                             + (BLIND_COLUMNS if blind else ()),

@@ -314,6 +314,9 @@ def _validate_eval(e: EvalConfig, cfg: RunSections) -> None:
     if any(not v > 0.0 for v in e.bias_levels) or any(b <= a for a, b in zip(e.bias_levels, e.bias_levels[1:])):
         raise ConfigError(f"eval.bias_levels = {list(e.bias_levels)} must be increasing log ratios > 0, e.g. "
                           "[0.05, 0.1], or [] to read no level crossing")
+    if any(not v > 0.0 for v in e.gap_sizes) or any(b <= a for a, b in zip(e.gap_sizes, e.gap_sizes[1:])):
+        raise ConfigError(f"eval.gap_sizes = {list(e.gap_sizes)} must be increasing relative gaps > 0, e.g. "
+                          "[0.1, 0.3, 1], or [] to read none")
     if not 0.0 < e.mem_threshold <= 1.0:
         raise ConfigError(f"eval.mem_threshold = {e.mem_threshold} must be in (0, 1]")
     if e.loss_t <= 0:

@@ -93,7 +93,7 @@ EXECUTION_KEYS = frozenset({"train.device", "train.num_threads", "train.determin
                             "train.tensorboard"})
 # Keys that only the analysis of a run's metrics reads: they change neither training nor any evaluation, so they may
 # change between reruns too, and a run folder written before one of them continues with today's value.
-ANALYSIS_KEYS = frozenset({"eval.mem_levels", "eval.bias_levels"})
+ANALYSIS_KEYS = frozenset({"eval.mem_levels", "eval.bias_levels", "eval.gap_sizes"})
 # Keys that decide only how a run starts (the weights drawn at step 0), so a run folder keeps the value it recorded
 # (for a folder written before the key, its LEGACY_VALUES value): a command that continues the folder with another
 # value is not refused, and the run goes on with the folder's value (diffmem.train.train, keep_recorded_keys).

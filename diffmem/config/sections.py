@@ -126,6 +126,8 @@ class EvalConfig:
     mem_levels: tuple[float, ...] = (0.01, 0.1)  # analysis only: f_mem levels whose crossing steps are read
     #                                              (tau_mem_at_L); increasing, each in (0, 1); [] reads none
     bias_levels: tuple[float, ...] = (0.05, 0.1)  # analysis only: levels of a split pair's bias (mean log ratio)
+    gap_sizes: tuple[float, ...] = (0.1, 0.3, 1.0)  # analysis only: sizes of the relative loss gap test / train - 1
+    #                                                 whose crossing steps are read at each noise level
     #                                               whose crossing steps are read (tau_bias_at_L); increasing, > 0
     fid_weights: str | None = None  # local Inception weights file (else $DIFFMEM_FID_WEIGHTS or torch's hub cache)
 
