@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from diffmem.data import to_pixels
-from diffmem.io import append_jsonl
-from diffmem.metrics.memorization import MemorizationResult, copy_counts, first_copies
+from diffmem.io import append_jsonl, pack_counts
+from diffmem.metrics.memorization import MemorizationResult, copied_within, copy_counts, first_copies
 from diffmem.rundir import RunDir
 from diffmem.samplegrid import FIRST_COPY_TILES, write_first_copies
 
@@ -39,15 +39,22 @@ class CopyHistory:
 
 
 def append_copies(run: RunDir, mem: MemorizationResult, samples: torch.Tensor, mean: torch.Tensor, step: int,
-                  seed: int, n_train: int, history: CopyHistory | None = None) -> dict[str, Any]:
+                  seed: int, n_train: int, history: CopyHistory | None = None,
+                  distance_rules: tuple[float, tuple[float, ...]] | None = None) -> dict[str, Any]:
     """Append the copies.jsonl line of an evaluation at ``step`` (optimizer steps) whose ``samples`` (n, C, S, S;
     centered pixels, ``mean`` the data's) gave ``mem`` (its threshold and counts), and write the strip of its first
     copies: the training images it copies that no evaluation at an earlier step copied (at most
     :data:`FIRST_COPY_TILES`, in index order, the line's ``first_copies``), one copy each
     (``samples/first_copies_step_*.png``), for the galleries. ``history``: the run's :class:`CopyHistory`, kept up
-    to date here (None: copies.jsonl is read). Returns the line."""
+    to date here (None: copies.jsonl is read). ``distance_rules``: (D, fractions), also record per fixed-distance rule
+    d1 < f x D the counts of every training image (``distance_scale``, ``copy_distances``, ``copied_within``: one
+    packed array per fraction). Returns the line."""
     counts = copy_counts(mem)
     line = counts.record(step, mem.n, seed, mem.threshold, n_train)
+    if distance_rules is not None and distance_rules[1]:
+        scale, fractions = distance_rules
+        line |= {"distance_scale": scale, "copy_distances": list(fractions),
+                 "copied_within": [pack_counts(copied_within(mem, n_train, f * scale)) for f in fractions]}
     history = CopyHistory(run) if history is None else history
     images, picks = first_copies(mem, history.before(step), FIRST_COPY_TILES)
     if images:

@@ -29,7 +29,7 @@ from diffmem.metrics.fid import fid_sets, make_reference_key
 from diffmem.metrics.levels import level_reading
 from diffmem.metrics.losses import loss_gap
 from diffmem.copyrecord import CopyHistory, append_copies
-from diffmem.metrics.memorization import memorized_fraction
+from diffmem.metrics.memorization import median_neighbour_distance, memorized_fraction
 from diffmem.model import build_from_config
 from diffmem.refine import refine_brackets
 from diffmem.rundir import RunDir, RunLock, append_image_losses
@@ -136,6 +136,7 @@ class Evaluator:
         self.shape = tuple(splits.train.shape[1:])
         self.batch_size = cfg.batch_size
         self.copy_history: CopyHistory | None = None  # read at the first evaluation, then kept by append_copies
+        self.distance_scale: float | None = None  # D of the fixed-distance copy rules (median_neighbour_distance)
 
     def _run_fid_extractor(self) -> str:
         """``eval.fid_extractor``, except that "auto" sticks to the extractor of the run's earlier evaluations, so
@@ -235,7 +236,10 @@ class Evaluator:
             record |= annotate(record)
         if self.copy_history is None:
             self.copy_history = CopyHistory(self.run)
-        append_copies(self.run, mem, samples, self.splits.mean, step, e.seed, len(self.train_x), self.copy_history)
+        if e.copy_distances and self.distance_scale is None:  # once per process: the train set does not change
+            self.distance_scale = median_neighbour_distance(self.train_x)
+        append_copies(self.run, mem, samples, self.splits.mean, step, e.seed, len(self.train_x), self.copy_history,
+                      (self.distance_scale, tuple(e.copy_distances)) if e.copy_distances else None)
         append_jsonl(self.run.metrics_path, record)
         tensorboard_live.records_appended(self.cfg, self.run)
         fid_text = "off" if fid_value is None else f"{fid_value:.2f}"

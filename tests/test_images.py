@@ -276,3 +276,45 @@ def test_data_that_are_not_those_the_run_trained_on_give_no_descriptors_and_no_g
     gallery = {f.name: f for f in write_results(tmp_path, pdf=False).figures}["copied_images_n00016_w08"]
     assert gallery.figure is None and all(f"{run.name}: the training images cannot be loaded (the data found"
                                           in gallery.skipped for run in planted)
+
+
+# --- the fixed-distance copy rules -----------------------------------------------------------------------------------
+
+def test_the_distance_scale_and_the_fixed_distance_counts_equal_a_brute_force_reference():
+    from diffmem.metrics.memorization import copied_within, median_neighbour_distance
+
+    rng = torch.Generator().manual_seed(0)
+    train = torch.rand(12, 1, 4, 4, generator=rng, dtype=torch.float64)
+    samples = torch.cat([train[:5] + 0.01 * torch.rand(5, 1, 4, 4, generator=rng, dtype=torch.float64),
+                         torch.rand(20, 1, 4, 4, generator=rng, dtype=torch.float64)])
+    d = torch.cdist(train.reshape(12, -1), train.reshape(12, -1)) + torch.diag(torch.full((12,), float("inf")))
+    scale = median_neighbour_distance(train)
+    assert scale == pytest.approx(float(d.min(1).values.median()), rel=1e-12)
+    result = memorized_fraction(samples, train, n_boot=10)
+    ds = torch.cdist(samples.reshape(25, -1), train.reshape(12, -1))
+    d1, idx1 = ds.min(1)
+    for f in (0.1, 0.3, 0.5):
+        expected = np.bincount(idx1[d1 < f * scale].numpy(), minlength=12)
+        assert np.array_equal(copied_within(result, 12, f * scale), expected)
+
+
+@pytest.mark.e2e
+def test_a_run_records_the_fixed_distance_rules_and_a_damaged_one_is_one_record_error(tmp_path):
+    from diffmem.rundir.records import RecordError, within_counts
+    from diffmem.train import train as train_run
+    from tiny_runs import SMOKE, tiny_config
+
+    cfg = tiny_config("data.n=8", "eval.times=2", "eval.fid=false", "train.num_threads=1", "eval.loss_ts=[]",
+                      base=SMOKE)
+    run = RunDir(tmp_path / "run")
+    train_run(cfg, run.path, progress=False)
+    for line in run.copies():
+        counts = within_counts(line)
+        assert line["copy_distances"] == list(cfg.eval.copy_distances) and line["distance_scale"] > 0
+        assert len(counts) == 3 and all(a.sum() <= line["n_samples"] for a in counts)
+        assert all((a <= b).all() for a, b in zip(counts, counts[1:]))  # a wider distance copies at least as often
+    lines = run.copies_path.read_text().splitlines()
+    damaged = json.loads(lines[0]) | {"copy_distances": [0.5, 0.3, 0.4]}
+    run.copies_path.write_text("\n".join([json.dumps(damaged), *lines[1:]]) + "\n")
+    with pytest.raises(RecordError, match="line 1: 'copy_distances' is not a list of increasing"):
+        run.copies()

@@ -83,6 +83,7 @@ INVALID: dict[str, tuple[list[str], str]] = {
     "eval.stop_f_mem": (["eval.stop_f_mem=2"], "eval.stop_f_mem = 2.0 must be in [0, 1]"),
     "eval.mem_levels": (["eval.mem_levels=[0.1, 0.01]"], "eval.mem_levels = [0.1, 0.01] must be increasing"),
     "eval.bias_levels": (["eval.bias_levels=[0.1, -0.05]"], "eval.bias_levels = [0.1, -0.05] must be increasing"),
+    "eval.copy_distances": (["eval.copy_distances=[0.5, 0.3]"], "eval.copy_distances = [0.5, 0.3] must be increasing"),
     "eval.gap_sizes": (["eval.gap_sizes=[0.3, 0.1]"], "eval.gap_sizes = [0.3, 0.1] must be increasing"),
     "eval.fid_weights": (['eval.fid_weights=""'], "eval.fid_weights = '' is an empty path"),
     "sweep.n": (["sweep.n=[1]"], "sweep.n = [1]: every train-set size must be >= 2"),

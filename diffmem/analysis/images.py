@@ -65,7 +65,7 @@ from scipy.stats import rankdata, spearmanr
 
 from diffmem.analysis.runfiles import RunRecord, write_csv
 from diffmem.config import RunConfig
-from diffmem.rundir import RunDir
+from diffmem.rundir import RunDir, read_images_file
 
 if TYPE_CHECKING:
     import torch
@@ -316,7 +316,7 @@ class RunImages:
 
     record: RunRecord
     timeline: Timeline
-    source_start: int  # the source index of the run's image 0 (data.subset_index * N)
+    source_indices: np.ndarray  # (N,) each training image's index in the source (images.json, or the ordered block)
     descriptors: dict[str, np.ndarray] | None
     descriptors_note: str | None
     correlations: dict[str, Correlation] = field(default_factory=dict)
@@ -335,7 +335,7 @@ class RunImages:
         """The rows of ``images/<run>.csv``."""
         tl = self.timeline
         last = tl.copied[-1] if len(tl.steps) else np.zeros(tl.n_train, dtype=np.int64)
-        cols = {"index": np.arange(tl.n_train), "source_index": self.source_start + np.arange(tl.n_train),
+        cols = {"index": np.arange(tl.n_train), "source_index": self.source_indices,
                 "first_copy_step": tl.first_copy_step, "first_copy_bracket_lo": tl.first_copy_bracket_lo,
                 "first_copy_n_samples": tl.first_copy_n_samples, "copies_last": last,
                 "copies_total": tl.copied.sum(0), "evals_copied": (tl.copied > 0).sum(0),
@@ -377,10 +377,19 @@ def run_images(record: RunRecord, lines: Sequence[dict[str, Any]], base_n_sample
     """The per-image results of one run from its validated copies.jsonl ``lines`` (see :func:`timeline`) and its
     train set's ``descriptors`` (None: not available, ``descriptors_note`` says why)."""
     tl = timeline(lines, record.n, base_n_samples)
-    out = RunImages(record, tl, record.config.data.subset_index * record.n, descriptors, descriptors_note)
+    out = RunImages(record, tl, source_indices(record), descriptors, descriptors_note)
     if descriptors is not None:
         out.correlations = {d: spearman_interval(tl.first_copy_step, descriptors[d]) for d in DESCRIPTORS}
     return out
+
+
+def source_indices(record: RunRecord) -> np.ndarray:
+    """(N,) the source index of each training image of a run: images.json's ``train`` where the folder has one, else
+    (a folder written before it, on the source's ordering) block ``data.subset_index`` of the ordering."""
+    manifest = read_images_file(RunDir(record.path))
+    if manifest is not None:
+        return np.array(manifest.train, dtype=np.int64)
+    return record.config.data.subset_index * record.n + np.arange(record.n)
 
 
 def _descriptors_of(record: RunRecord, cache: dict[Any, Any]) -> tuple[dict[str, np.ndarray] | None, str | None]:
@@ -449,8 +458,7 @@ def _n_stability(cells: dict[tuple[int, int], list[RunImages]]) -> list[dict[str
         if w_a != w_b:
             continue
         a, b = cells[(n_a, w_a)], cells[(n_b, w_b)]
-        src_a = a[0].source_start + np.arange(n_a)
-        src_b = b[0].source_start + np.arange(n_b)
+        src_a, src_b = a[0].source_indices, b[0].source_indices
         shared, ia, ib = np.intersect1d(src_a, src_b, return_indices=True)
         score_a = first_copy_score(np.stack([r.timeline.first_copy_step for r in a]))
         score_b = first_copy_score(np.stack([r.timeline.first_copy_step for r in b]))

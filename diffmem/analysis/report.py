@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 from diffmem import __version__
 from diffmem.analysis.goodness import GoodnessOfFit
 from diffmem.analysis.markdown import estimate_text, steps_text, table as _table
+from diffmem.analysis.fit_order import fit_order_section
 from diffmem.analysis.images import images_section
 from diffmem.analysis.powerlaw import JointLawFit, PowerLawFit, load_fits
 from diffmem.analysis.runfiles import RunRecord, read_csv, read_experiment, read_figure_index, read_json
@@ -387,6 +388,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     lines += laws_section(fits_json, fit_rows)
     lines += pairs_section(rows, fit_rows, entries, figures_dir, "figures")
     lines += signals_section(rows, fits_json)
+    lines += fit_order_section(fits_json.get("fit_order"))
     lines += images_section(fits_json.get("images"))
     lines += figures_section("Figures", figures, figures_dir, "figures")
     lines += figures_section("Galleries", galleries, figures_dir, "figures")

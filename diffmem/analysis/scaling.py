@@ -34,6 +34,7 @@ from diffmem.analysis.images import SUMMARY_IMAGE_COLUMNS, analyze_images
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.blind import BLIND_COLUMNS, BLIND_METHOD, experiment_baselines
+from diffmem.analysis.fit_order import SUMMARY_FIT_COLUMNS, analyze_fit_order
 from diffmem.analysis.gap_sizes import GapSizes, gap_size_columns, gap_size_quantities, run_gap_sizes
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
                                        write_json)
@@ -672,6 +673,7 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     seeds = seed_columns(runs)
     images = analyze_images(records, target, n_samples)  # issue 43: images/ and its columns, when runs have copies
     blind, blind_sets = experiment_baselines(records)  # issue 59: the data alone, for runs with images.json
+    fitted = analyze_fit_order(records, target)  # issue 60: which images are fitted first, from image_losses.jsonl
     summary_csv = write_csv(target / "summary.csv",
                             SUMMARY_COLUMNS + tuple(level_columns(levels))
                             + (SIGNAL_COLUMNS if any(r.signals for r in runs) else ())
@@ -680,9 +682,10 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
                                     if any(r.gap_sizes for r in runs) else ())
                             + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias")) if pairs else ())
                             + (SUMMARY_IMAGE_COLUMNS if images.section else ())
+                            + (SUMMARY_FIT_COLUMNS if fitted.section else ())
                             + (BLIND_COLUMNS if blind else ()),
                             ({**r.row(), **seeds[r.run], **pair_cells.get(r.run, {}), **images.summary.get(r.run, {}),
-                              **(blind[r.run].row() if r.run in blind else {})}
+                              **fitted.summary.get(r.run, {}), **(blind[r.run].row() if r.run in blind else {})}
                              for r in runs))
     censored = {q: [r.run for r in runs if getattr(r, q).censored] for q in ("tau_mem", "tau_gen")}
     if pairs:
@@ -697,6 +700,7 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
         **{name: fit.to_dict() for name, fit in joint.items()},
         **({"calibration": c} if (c := calibration(runs, fits)) is not None else {}),
         **({"images": images.section} if images.section else {}),
+        **({"fit_order": fitted.section} if fitted.section else {}),
         **({"blind_baseline": {"method": BLIND_METHOD, "sets": blind_sets}} if blind_sets else {}),
     })
     return Summary(experiment_dir, runs, fits, summary_csv, fits_json, (), joint, notes, None, pairs)

@@ -317,6 +317,10 @@ def _validate_eval(e: EvalConfig, cfg: RunSections) -> None:
     if any(not v > 0.0 for v in e.gap_sizes) or any(b <= a for a, b in zip(e.gap_sizes, e.gap_sizes[1:])):
         raise ConfigError(f"eval.gap_sizes = {list(e.gap_sizes)} must be increasing relative gaps > 0, e.g. "
                           "[0.1, 0.3, 1], or [] to read none")
+    if any(not v > 0.0 for v in e.copy_distances) or any(b <= a for a, b in zip(e.copy_distances,
+                                                                                  e.copy_distances[1:])):
+        raise ConfigError(f"eval.copy_distances = {list(e.copy_distances)} must be increasing fractions > 0 of the "
+                          "train set's median nearest-neighbour distance, e.g. [0.3, 0.4, 0.5], or [] to record none")
     if not 0.0 < e.mem_threshold <= 1.0:
         raise ConfigError(f"eval.mem_threshold = {e.mem_threshold} must be in (0, 1]")
     if e.loss_t <= 0:

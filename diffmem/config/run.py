@@ -62,7 +62,7 @@ LEGACY_VALUES: dict[str, dict[str, Any]] = {
     "train": {"precision": "fp32", "channels_last": False, "compile": False},
     "eval": {"sampler_schedule": "diffusers", "fid_reference_sets": 1, "fid_boot": 0, "checkpoint_ratio": 0.0,
              "refine_ratio": 0.0, "refine_n_samples": 0, "stop_f_mem": 0.0, "fid_clip_sample": None,
-             "loss_ts": []},
+             "loss_ts": [], "copy_distances": []},
 }
 
 

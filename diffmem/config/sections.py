@@ -107,6 +107,9 @@ class EvalConfig:
     batch_size: int = 1000  # samples generated per forward batch
     seed: int = 0  # sampling seed: the same checkpoint always gives the same samples
     mem_threshold: float = 1 / 3  # memorized when d1/d2 < mem_threshold
+    copy_distances: tuple[float, ...] = (0.3, 0.4, 0.5)  # fixed-distance copy rules recorded beside the ratio rule:
+    #   a sample copies its nearest training image when d1 < f x D, D the median distance from a training image to
+    #   its nearest other one (copies.jsonl ``copied_within``); [] records none
     n_boot: int = 1000  # bootstrap resamples for the f_mem confidence interval
     loss_t: float = 0.01  # diffusion time of the train/test loss gap (the DDPM step with alpha_bar closest to e^-2t)
     loss_noise_draws: int = 5

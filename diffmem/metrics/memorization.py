@@ -53,6 +53,7 @@ class MemorizationResult:
     idx1: (n,) int64 CPU tensor, index of each sample's nearest training image.
     threshold: the ratio below which a sample counts as memorized.
     n: number of samples.
+    d1: (n,) float64 CPU tensor of each sample's distance to its nearest training image (inputs' units), or None.
     """
 
     fraction: float
@@ -62,6 +63,7 @@ class MemorizationResult:
     idx1: torch.Tensor
     threshold: float
     n: int
+    d1: torch.Tensor | None = None
 
     @property
     def memorized(self) -> torch.Tensor:
@@ -292,6 +294,7 @@ def memorized_fraction(
         idx1=idx1.cpu(),
         threshold=float(threshold),
         n=int(ratios.shape[0]),
+        d1=d1.cpu(),
     )
 
 
@@ -337,6 +340,23 @@ def copy_counts(result: MemorizationResult) -> CopyCounts:
     nearest_idx, nearest_n = sparse(result.idx1)
     copied_idx, copied_n = sparse(result.idx1[result.memorized])
     return CopyCounts(nearest_idx, nearest_n, copied_idx, copied_n)
+
+
+def median_neighbour_distance(train: torch.Tensor) -> float:
+    """D: the median over training images (N, ...; N >= 2) of the distance to their nearest *other* training image
+    (the second-nearest of an image searched in its own set, which is itself at distance 0), in the inputs' units:
+    the scale of the fixed-distance copy rules (:func:`copied_within`)."""
+    return float(nearest_two(train, train)[1].median())
+
+
+def copied_within(result: MemorizationResult, n_train: int, limit: float) -> np.ndarray:
+    """(n_train,) int64: per training image, how many of ``result``'s samples have it as their nearest image at a
+    distance d1 < ``limit`` (the inputs' units): a fixed-distance copy rule, beside the ratio rule."""
+    if result.d1 is None:
+        raise MemorizationError("this result kept no distances (d1); compute it with memorized_fraction")
+    counts = np.zeros(n_train, np.int64)
+    np.add.at(counts, result.idx1[result.d1 < limit].numpy(), 1)
+    return counts
 
 
 def first_copies(result: MemorizationResult, earlier: set[int], limit: int) -> tuple[list[int], list[int]]:

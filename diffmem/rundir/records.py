@@ -182,11 +182,46 @@ def copies_problem(record: Any, *, budget: int | None = None, n_train: int | Non
         return f"'nearest_n' sums to {sum(counted['nearest_n'].values())}, not n_samples = {record['n_samples']}"
     if any(c > counted["nearest_n"].get(i, 0) for i, c in counted["copied_n"].items()):
         return "an image of 'copied_idx' is copied by more samples than it is nearest to"
+    if (problem := _within_problem(record, counted["nearest_n"])) is not None:
+        return problem
     first = record.get("first_copies")
     if first is not None and (not isinstance(first, list) or not all(is_int(i) for i in first)
                               or any(b <= a for a, b in zip(first, first[1:]))
                               or any(i not in counted["copied_n"] for i in first)):
         return "'first_copies' is not increasing indices of copied images"
+    return None
+
+
+def within_counts(record: dict[str, Any]) -> list[np.ndarray]:
+    """The (n_train,) counts of each fixed-distance copy rule of a copies.jsonl line (``copied_within``, one per
+    fraction of ``copy_distances``), [] for a line without them (written before them or with the key off)."""
+    return [unpack_counts(text, record["n_train"]) for text in record.get("copied_within") or []]
+
+
+def _within_problem(record: dict[str, Any], nearest: dict[int, int]) -> str | None:
+    """What is wrong with a copies line's fixed-distance rules (``distance_scale``, ``copy_distances``,
+    ``copied_within``), None when they can be used or are absent."""
+    if record.get("copied_within") is None:
+        return None
+    scale, fractions, packed = record.get("distance_scale"), record.get("copy_distances"), record["copied_within"]
+    if not is_number(scale) or not scale > 0:
+        return f"'distance_scale' is {scale!r}, not a distance > 0"
+    if (not isinstance(fractions, list) or not all(is_number(f) and f > 0 for f in fractions)
+            or any(b <= a for a, b in zip(fractions, fractions[1:]))):
+        return "'copy_distances' is not a list of increasing fractions > 0"
+    if not isinstance(packed, list) or len(packed) != len(fractions):
+        return f"'copied_within' is not a list of {len(fractions)} packed arrays (one per 'copy_distances')"
+    try:
+        counts = within_counts(record)
+    except PackedCountsError as e:
+        return f"'copied_within' cannot be unpacked: {e}"
+    ceiling = np.zeros(record["n_train"], np.int64)
+    ceiling[list(nearest)] = list(nearest.values())
+    previous = np.zeros_like(ceiling)
+    for array in counts:
+        if (array > ceiling).any() or (array < previous).any():
+            return "'copied_within' counts an image more often than it is nearest, or less at a wider distance"
+        previous = array
     return None
 
 
