@@ -182,16 +182,21 @@ def test_the_bench_peak_is_that_of_the_math_the_step_uses(monkeypatch):
         return 4e12 if dtype == torch.bfloat16 else 1e12
 
     monkeypatch.setattr("diffmem.throughput.matmul_flops_per_s", fake_matmul)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    peak = peak_flops(torch.device("cuda"), 64)
-    assert seen == [(torch.float32, True)] and peak["math"] == "tf32" and peak["peak"] == 1e12
-    assert torch.backends.cuda.matmul.allow_tf32 is False  # put back
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    seen.clear()
-    peak = peak_flops(torch.device("cuda"), 64, "bf16")
-    assert seen == [(torch.float32, False), (torch.bfloat16, False)]
-    assert peak["math"] == "bf16" and peak["peak"] == 4e12 and peak["fp32"] == 1e12
+    # the two TF32 flags are set and put back by hand: on the CUDA build of torch cuBLAS's flag lives behind the
+    # module's __getattr__ / __setattr__, and monkeypatch cannot undo a setattr there (AttributeError at teardown)
+    flags = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    try:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = True, False
+        peak = peak_flops(torch.device("cuda"), 64)
+        assert seen == [(torch.float32, True)] and peak["math"] == "tf32" and peak["peak"] == 1e12
+        assert torch.backends.cuda.matmul.allow_tf32 is False  # put back
+        torch.backends.cudnn.allow_tf32 = False
+        seen.clear()
+        peak = peak_flops(torch.device("cuda"), 64, "bf16")
+        assert seen == [(torch.float32, False), (torch.bfloat16, False)]
+        assert peak["math"] == "bf16" and peak["peak"] == 4e12 and peak["fp32"] == 1e12
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
 
 
 def test_the_evaluation_copy_computes_what_a_model_loaded_from_the_checkpoint_computes():

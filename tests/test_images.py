@@ -318,3 +318,25 @@ def test_a_run_records_the_fixed_distance_rules_and_a_damaged_one_is_one_record_
     run.copies_path.write_text("\n".join([json.dumps(damaged), *lines[1:]]) + "\n")
     with pytest.raises(RecordError, match="line 1: 'copy_distances' is not a list of increasing"):
         run.copies()
+
+
+@pytest.mark.e2e
+def test_the_copy_rule_table_reads_every_recorded_rule_from_the_base_evaluations(tmp_path):
+    from diffmem.analysis import analyze
+    from diffmem.analysis.copy_rules import first_copy_steps
+    from diffmem.analysis.report import report_text
+    from diffmem.train import train as train_run
+    from tiny_runs import SMOKE, tiny_config
+
+    cfg = tiny_config("data.n=8", "eval.times=3", "eval.fid=false", "train.num_threads=1", "eval.loss_ts=[]",
+                      base=SMOKE)
+    train_run(cfg, tmp_path / "n00008_w04_s0", progress=False)
+    analyze(tmp_path)
+    section = read_json(tmp_path / "fits.json")["copy_rules"]
+    (entry,) = section["runs"].values()
+    assert list(entry["rules"]) == ["ratio 0.333", "d1 < 0.3 D", "d1 < 0.4 D", "d1 < 0.5 D"]
+    assert entry["base_evaluations"] == len(RunDir(tmp_path / "n00008_w04_s0").copies())
+    copied = [r["images_copied"] for r in entry["rules"].values()][1:]
+    assert copied == sorted(copied)  # a wider distance copies at least the images a narrower one does
+    assert "order of first copies under each copy rule" in report_text(tmp_path)
+    assert first_copy_steps([1, 2, 4], np.array([[0, 1, 0], [1, 0, 0], [3, 2, 0]])).tolist() == [2, 1, math.inf]

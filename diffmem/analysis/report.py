@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 from diffmem import __version__
 from diffmem.analysis.goodness import GoodnessOfFit
 from diffmem.analysis.markdown import estimate_text, steps_text, table as _table
+from diffmem.analysis.copy_rules import rules_section
 from diffmem.analysis.fit_order import fit_order_section
 from diffmem.analysis.images import images_section
 from diffmem.analysis.powerlaw import JointLawFit, PowerLawFit, load_fits
@@ -390,6 +391,7 @@ def report_text(experiment_dir: str | Path, analysis_dir: str | Path | None = No
     lines += signals_section(rows, fits_json)
     lines += fit_order_section(fits_json.get("fit_order"))
     lines += images_section(fits_json.get("images"))
+    lines += rules_section(fits_json.get("copy_rules"))
     lines += figures_section("Figures", figures, figures_dir, "figures")
     lines += figures_section("Galleries", galleries, figures_dir, "figures")
     lines += unresolved_section(rows, not_fitted, flagged, fits_json, entries)

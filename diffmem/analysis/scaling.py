@@ -34,6 +34,7 @@ from diffmem.analysis.images import SUMMARY_IMAGE_COLUMNS, analyze_images
 from diffmem.analysis.powerlaw import (FIT_METHOD, FIT_METHOD_TEXT, FitSet, JointLawFit, PowerLawFit,
                                        fit_joint_law, fit_power_law)
 from diffmem.analysis.blind import BLIND_COLUMNS, BLIND_METHOD, experiment_baselines
+from diffmem.analysis.copy_rules import analyze_copy_rules
 from diffmem.analysis.fit_order import SUMMARY_FIT_COLUMNS, analyze_fit_order
 from diffmem.analysis.gap_sizes import GapSizes, gap_size_columns, gap_size_quantities, run_gap_sizes
 from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experiment, read_pairs, write_csv,
@@ -674,6 +675,7 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     images = analyze_images(records, target, n_samples)  # issue 43: images/ and its columns, when runs have copies
     blind, blind_sets = experiment_baselines(records)  # issue 59: the data alone, for runs with images.json
     fitted = analyze_fit_order(records, target)  # issue 60: which images are fitted first, from image_losses.jsonl
+    copy_rules = analyze_copy_rules(records, n_samples) if images.section else None  # the order under each rule
     summary_csv = write_csv(target / "summary.csv",
                             SUMMARY_COLUMNS + tuple(level_columns(levels))
                             + (SIGNAL_COLUMNS if any(r.signals for r in runs) else ())
@@ -701,6 +703,7 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
         **({"calibration": c} if (c := calibration(runs, fits)) is not None else {}),
         **({"images": images.section} if images.section else {}),
         **({"fit_order": fitted.section} if fitted.section else {}),
+        **({"copy_rules": copy_rules} if copy_rules else {}),
         **({"blind_baseline": {"method": BLIND_METHOD, "sets": blind_sets}} if blind_sets else {}),
     })
     return Summary(experiment_dir, runs, fits, summary_csv, fits_json, (), joint, notes, None, pairs)
