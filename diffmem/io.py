@@ -16,6 +16,7 @@ import errno
 import io
 import json
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -105,6 +106,43 @@ def atomic_torch_save(path: str | Path, obj: Any, keep_previous: str | Path | No
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue(), keep_previous=keep_previous)
+
+
+class OutsideFolder(OSError):
+    """A path that a command would write, replace or delete leads outside the folder it was given (through a
+    symbolic link); the one-line message names the link and what to do."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
+
+
+def contained(root: str | Path, path: str | Path) -> Path:
+    """``path`` when it lies under ``root`` with no symbolic link between them (the subfolders on the way and the
+    entry itself, which may not exist yet); :class:`OutsideFolder` otherwise. Every writer that writes, replaces or
+    deletes inside a folder that may come from someone else (a run folder, an experiment folder) asks this first, so
+    that no command changes anything outside the folder it was given, whatever links the folder holds. A dangling
+    link counts as a link."""
+    root, path = Path(root), Path(path)
+    try:
+        relative = path.relative_to(root)
+    except ValueError:
+        raise OutsideFolder(f"{path} is not inside {root}; diffmem writes only inside the folder it was given") from None
+    current = root
+    for part in relative.parts:
+        current = current / part
+        if current.is_symlink():
+            raise OutsideFolder(f"{current} is a symbolic link; diffmem writes, replaces and deletes only inside "
+                                f"{root}, never through a link: replace the link by a real folder or file (copy its "
+                                "target there), or move it out, then rerun")
+    return path
+
+
+def is_temp_name(name: str, targets: re.Pattern[str]) -> bool:
+    """Whether ``name`` is a temporary file that :func:`atomic_write_bytes` made for a file whose name ``targets``
+    matches (``.<target>.<8 random characters>.tmp``): a write killed half-way leaves it, and only such files may be
+    cleaned up, never another ``.*.tmp`` of a shared folder."""
+    match = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp", name)
+    return bool(match and targets.fullmatch(match.group(1)))
 
 
 TORN_SUFFIX = ".torn-"

@@ -42,6 +42,7 @@ from diffmem.analysis.runfiles import (RunFolderError, RunRecord, read_experimen
 from diffmem.analysis.signals import (SIGNAL_COLUMNS, ControlReading, RunSignals, calibration, recorded_levels,
                                      run_signals, signal_estimate, signal_quantities)
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS, EvalConfig
+from diffmem.io import contained
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -77,6 +78,9 @@ of ``eval.mem_levels`` (:func:`level_columns`): ``tau_mem_at_L``, ``_lo``, ``_hi
 f_mem crosses L and its interval, and ``_bracket_lo``, ``_bracket_hi``, the two evaluations it is interpolated between
 (the bracket the fits take: ``Estimate.bracket``)."""
 
+
+ANALYSIS_OUTPUTS = ("summary.csv", "fits.json", "report.md", "figures", "images")
+"""What `diffmem analyze` writes into its output folder; none may be a symbolic link (:func:`diffmem.io.contained`)."""
 
 PAIR_COLUMNS: tuple[str, ...] = ("pair", "tau_bias", "tau_bias_lo", "tau_bias_hi", "tau_bias_censored",
                                  "pair_evals", "tau_bias_control", "tau_bias_flag")
@@ -643,6 +647,8 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
     target = experiment_dir if out_dir is None else Path(out_dir)
     if out_dir is not None and not target.is_dir():
         raise RunFolderError(f"--out '{target}' is not a folder; create it first (summary.csv and fits.json go there)")
+    for name in ANALYSIS_OUTPUTS:  # nothing is written, replaced or deleted through a link: refused before any work
+        contained(target, target / name)
     records = read_experiment(experiment_dir)
     check_comparable(experiment_dir, records)
     if n_samples is not None:

@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from diffmem.figures.checks import INTERVAL_GID
-from diffmem.io import atomic_write_bytes
+from diffmem.io import OutsideFolder, atomic_write_bytes
 
 STYLE = {
     "font.size": 8, "axes.labelsize": 9, "axes.titlesize": 9, "legend.fontsize": 7, "xtick.labelsize": 7,
@@ -175,6 +175,9 @@ class FigureOutput:
         """Write ``fig`` as PNG and, with ``pdf``, PDF, each atomically (the PDF without a creation date, so that
         redrawing unchanged data leaves the file unchanged); without ``pdf``, an older ``name.pdf`` is removed, so
         that no PDF in ``directory`` is older than its PNG. The result keeps ``fig``."""
+        if self.directory.is_symlink():  # writing and deleting there would change the link's target
+            raise OutsideFolder(f"{self.directory} is a symbolic link; diffmem draws figures only into a real folder "
+                                "of the analysis: replace the link by a folder (or move it out), then rerun")
         files = []
         for fmt in ("png", "pdf") if self.pdf else ("png",):
             buffer = io.BytesIO()

@@ -18,10 +18,19 @@ from diffmem import __version__
 from diffmem.config import SECTIONS, ConfigError, RunConfig, config_from_dict
 from diffmem.rundir.records import copies_lines, metrics_lines
 from diffmem.eval_grid import evaluation_steps
+from diffmem.io import is_temp_name
 
 PAIRS_FILE = "pairs.jsonl"  # <experiment>/pairs.jsonl: one line per (split pair, step), `diffmem pairs`, appended
 PAIRS_LOCK = "pairs.lock"  # <experiment>/pairs.lock: held while `diffmem pairs` appends to it
 _STEP_FILE = re.compile(r"^step_(\d{9})\.pt$")
+TEMP_TARGETS = {
+    "run": re.compile(r"config\.json|state\.pt|state\.prev\.pt|images\.json|done|failed|lock|job\.json|"
+                      r"submissions\.json"),
+    "checkpoints": re.compile(r"step_\d{9}(\.damaged)?\.pt"),
+    "samples": re.compile(r"(first_copies_)?step_\d{9}\.png"),
+}
+"""The files diffmem writes atomically in a run folder, its checkpoints/ and its samples/: the only ones whose
+temporary files (:func:`diffmem.io.is_temp_name`) a rerun cleans up."""
 RETRAIN_PREFIX = ".retrain."  # scratch folders in a run folder where training writes lost checkpoints again
 RESTORE = ("restore it from a copy (it is the run's only record of its settings; the run's other files are "
            "untouched)")
@@ -275,18 +284,22 @@ class RunDir:
         return [s for s in scheduled if s <= upto and s not in evaluated]
 
     def remove_temp_files(self) -> list[Path]:
-        """Delete the temporary files that writes killed half-way left behind (``.NAME.*.tmp``, ``.NAME.tmp.png``)
-        and the scratch folders of a retraining killed half-way (``.retrain.*``); only call this while holding the
-        run's lock. Returns the paths deleted."""
+        """Delete the temporary files that writes killed half-way left behind and the scratch folders of a
+        retraining killed half-way (``.retrain.*``, real folders only); only call this while holding the run's lock.
+        Only diffmem's own temporary files go, by name (``.<file>.<8 characters>.tmp`` of a file diffmem writes in
+        that folder, :data:`TEMP_TARGETS`), so that a ``checkpoints/`` or ``samples/`` linked to a shared disk loses
+        nothing of anyone else's. Returns the paths deleted."""
         removed = []
-        for folder in (self.path, self.checkpoint_dir, self.samples_dir):
+        for folder, targets in ((self.path, TEMP_TARGETS["run"]), (self.checkpoint_dir, TEMP_TARGETS["checkpoints"]),
+                                (self.samples_dir, TEMP_TARGETS["samples"])):
             if not folder.is_dir():
                 continue
             for p in folder.iterdir():
-                if p.name.startswith(".") and (p.name.endswith(".tmp") or p.name.endswith(".tmp.png")):
-                    p.unlink(missing_ok=True)
+                if is_temp_name(p.name, targets) and (p.is_symlink() or p.is_file()):
+                    p.unlink(missing_ok=True)  # a link itself, never its target
                     removed.append(p)
-                elif folder == self.path and p.name.startswith(RETRAIN_PREFIX) and p.is_dir():
+                elif (folder == self.path and p.name.startswith(RETRAIN_PREFIX) and p.is_dir()
+                      and not p.is_symlink()):
                     shutil.rmtree(p, ignore_errors=True)
                     removed.append(p)
         return removed

@@ -35,6 +35,8 @@ from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 
+from diffmem.io import OutsideFolder
+
 FILE_VERSION = "brain.Event:2"  # what TensorBoard's readers expect as the first event of a file
 _OWN_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.diffmem$")
 
@@ -59,7 +61,7 @@ def event_files(folder: Path) -> list[Path]:
     """The TensorBoard event files of ``folder`` (names holding "tfevents"), in the order readers read them."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and "tfevents" in p.name)
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and "tfevents" in p.name)
 
 
 def read_shown(folder: Path) -> dict[tuple[str, int], bytes]:
@@ -85,6 +87,9 @@ class EventDir:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
+        if self.folder.is_symlink():  # its deletions and writes would land in the link's target
+            raise OutsideFolder(f"{self.folder} is a symbolic link; diffmem writes event files only into a real "
+                                "folder of the run: replace the link by a folder (or move it out), then rerun")
         self._stream: BinaryIO | None = None
         self._writer: RecordWriter | None = None
         self._read()
@@ -150,9 +155,16 @@ class EventDir:
         return len(points)
 
     def _next_name(self) -> str:
-        """The name of a new file of this writer, read after every earlier one of the folder."""
-        earlier = [int(m.group(1)) for p in event_files(self.folder) if (m := _OWN_FILE.match(p.name))]
+        """The name of a new file of this writer, read after every earlier one of the folder and taken by no entry
+        of it (a link named like an event file included)."""
+        taken = [p.name for p in self.folder.iterdir()] if self.folder.is_dir() else []
+        earlier = [int(m.group(1)) for name in taken if (m := _OWN_FILE.match(name))]
         return f"events.out.tfevents.{max([int(time.time()), *[n + 1 for n in earlier]]):010d}.diffmem"
+
+    def _create(self, name: str) -> BinaryIO:
+        """A new file ``name`` of the folder, opened for append; never an existing entry, never through a link."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        return os.fdopen(os.open(self.folder / name, flags, 0o666), "ab")
 
     def _start(self, stream: BinaryIO, start_marker: bool) -> RecordWriter:
         """Begin an event file on ``stream``: the file version, then with ``start_marker`` a START at step 0."""
@@ -167,7 +179,7 @@ class EventDir:
         """Append one event to this process's event file (created at the first event) and flush it."""
         if self._writer is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._stream = open(self.folder / self._next_name(), "ab")
+            self._stream = self._create(self._next_name())
             self._writer = self._start(self._stream, start_marker=not self._known)  # the folder's first file
         self._writer.write(event.SerializeToString())
         self._writer.flush()
@@ -178,11 +190,11 @@ class EventDir:
         self.close()
         self.folder.mkdir(parents=True, exist_ok=True)
         for leftover in self.folder.glob(".rewrite.*.tmp"):  # of a rewrite that a kill cut short
-            leftover.unlink(missing_ok=True)
+            leftover.unlink(missing_ok=True)  # a link itself, never its target
         older = [p for p in event_files(self.folder) if _OWN_FILE.match(p.name)]
         final = self.folder / self._next_name()
         temp = self.folder / f".rewrite.{final.name.split('.')[3]}.tmp"  # no "tfevents": readers skip it
-        with open(temp, "wb") as stream:
+        with self._create(temp.name) as stream:
             self._stream, self._writer = stream, self._start(stream, start_marker=True)
             self.shown = {}
             self._write(points)
@@ -192,7 +204,7 @@ class EventDir:
         os.replace(temp, final)
         for path in older:
             path.unlink(missing_ok=True)
-        self._stream = open(final, "ab")
+        self._stream = open(final, "ab")  # the file just renamed into place: a regular file of this folder
         self._writer = RecordWriter(self._stream)
         self._known = self._files()
 
