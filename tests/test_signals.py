@@ -364,6 +364,16 @@ def test_the_gap_is_largest_at_another_level_in_x0_units_than_in_epsilon_units()
     assert (sizes.eps_peak_t, sizes.x0_peak_t) == (0.01, 0.4)
 
 
+def test_tau_gaps_bracket_says_whether_it_lies_on_the_grid_or_on_a_refinement():
+    from diffmem.analysis.gap_sizes import bracket_source
+
+    est = Estimate(150.0, 100.0, 200.0, False, "planted")
+    assert bracket_source(est, {1, 100, 200}) == "grid"
+    assert bracket_source(est, {1, 100, 400}) == "refinement"
+    assert bracket_source(Estimate(100.0, 100.0, None, True, "bound"), {100}) is None
+    assert bracket_source(est, None) is None
+
+
 def test_the_effect_size_laws_are_fitted_over_n(constant_lag):
     root, _ = constant_lag
     fits = json.loads((root / "fits.json").read_text())

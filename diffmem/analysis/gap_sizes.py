@@ -14,6 +14,9 @@ Read from the per-level means every evaluation records (metrics.jsonl ``train_lo
   does not move with the evaluations placed around it: more evaluations only narrow its interval;
 - **tau_test_min_t<t>**: the evaluation with the lowest held-out loss, the interval its two neighbours (at the last
   evaluation: a lower bound, still falling; at the first: an upper bound);
+- **tau_gap_bracket**: "grid" when tau_gap's bracket (the 5 % rule) lies on the run's evaluation grid, "refinement"
+  when an evaluation added after training for another estimator's bracket set it: the rule then reads another grid,
+  and its value moves with where those evaluations fell;
 - **gap_x0_peak_t**: at the run's last evaluation, the level whose absolute gap is largest in the denoiser's x0
   units: the epsilon-loss gap times (1 - abar) / abar = e^{2t} - 1 (x0 = (x_t - sqrt(1 - abar) eps) / sqrt(abar)
   with abar = e^{-2t}), so "which level opens widest" does not depend on the loss's units; ``gap_eps_peak_t`` is the
@@ -57,6 +60,7 @@ class GapSizes:
     flags: dict[str, str] = field(default_factory=dict)
     x0_peak_t: float | None = None
     eps_peak_t: float | None = None
+    tau_gap_bracket: str | None = None  # "grid" | "refinement": where tau_gap's (5 % rule) bracket ends lie
 
     def estimate(self, name: str) -> Estimate | None:
         """The estimate of ``name`` for a law: None when not one of these, no value (naming the flag) when
@@ -70,7 +74,8 @@ class GapSizes:
     def row(self) -> dict[str, Any]:
         """summary.csv's cells: per estimate its value, ``_lo``, ``_hi``, ``_censored`` and ``_flag``, then the two
         peak levels."""
-        cells: dict[str, Any] = {"gap_x0_peak_t": self.x0_peak_t, "gap_eps_peak_t": self.eps_peak_t}
+        cells: dict[str, Any] = {"gap_x0_peak_t": self.x0_peak_t, "gap_eps_peak_t": self.eps_peak_t,
+                                 "tau_gap_bracket": self.tau_gap_bracket}
         for name, est in self.estimates.items():
             cells |= {name: est.value, f"{name}_lo": est.lo, f"{name}_hi": est.hi, f"{name}_censored": est.censored,
                       f"{name}_flag": self.flags.get(name, "") if self.controls.get(name) is not None else None}
@@ -85,7 +90,7 @@ class GapSizes:
 
 def gap_size_columns(sizes: Sequence[float], levels: Sequence[float]) -> list[str]:
     """summary.csv's columns of :meth:`GapSizes.row` for these sizes and levels, in order."""
-    out = ["gap_x0_peak_t", "gap_eps_peak_t"]
+    out = ["gap_x0_peak_t", "gap_eps_peak_t", "tau_gap_bracket"]
     for t in levels:
         for name in [crossing_name(v, t) for v in sizes] + [minimum_name(t)]:
             out += [name, f"{name}_lo", f"{name}_hi", f"{name}_censored", f"{name}_flag"]
@@ -117,9 +122,20 @@ def heldout_minimum(steps: np.ndarray, test: np.ndarray) -> Estimate:
     return Estimate(float(steps[k]), float(steps[k - 1]), float(steps[k + 1]), False, rule)
 
 
-def run_gap_sizes(evaluations: Sequence[Mapping[str, Any]], sizes: Sequence[float]) -> GapSizes | None:
+def bracket_source(tau_gap: Estimate | None, scheduled: set[int] | None) -> str | None:
+    """Where tau_gap's bracket ends lie: "grid" when both are steps of the run's evaluation grid, "refinement" when
+    one is an evaluation added after training (placed for tau_mem's, tau_gen's or tau_auc's bracket, so tau_gap's
+    5 % rule reads another grid there); None without a measured tau_gap or a known grid."""
+    if tau_gap is None or not tau_gap.measured or scheduled is None or tau_gap.lo is None or tau_gap.hi is None:
+        return None
+    return "grid" if {int(tau_gap.lo), int(tau_gap.hi)} <= scheduled else "refinement"
+
+
+def run_gap_sizes(evaluations: Sequence[Mapping[str, Any]], sizes: Sequence[float], tau_gap: Estimate | None = None,
+                  scheduled: set[int] | None = None) -> GapSizes | None:
     """The effect-size readings of one run from its metrics records (one per step, sorted); None when it recorded
-    no per-level losses."""
+    no per-level losses. ``tau_gap`` and ``scheduled`` (the run's evaluation grid): to say where tau_gap's bracket
+    comes from (:func:`bracket_source`)."""
     levels = recorded_levels(evaluations)
     if not levels:
         return None
@@ -163,7 +179,7 @@ def run_gap_sizes(evaluations: Sequence[Mapping[str, Any]], sizes: Sequence[floa
             if tr is not None and te is not None]
     x0 = max(gaps, key=lambda g: g[1] * math.expm1(2 * g[0]))[0] if gaps else None
     eps = max(gaps, key=lambda g: g[1])[0] if gaps else None
-    return GapSizes(estimates, controls, flags, x0, eps)
+    return GapSizes(estimates, controls, flags, x0, eps, bracket_source(tau_gap, scheduled))
 
 
 def gap_size_quantities(runs: Sequence[Any]) -> list[str]:

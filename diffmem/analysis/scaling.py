@@ -43,6 +43,7 @@ from diffmem.analysis.signals import (SIGNAL_COLUMNS, ControlReading, RunSignals
                                      run_signals, signal_estimate, signal_quantities)
 from diffmem.config import ANALYSIS_KEYS, EXECUTION_KEYS, EvalConfig
 from diffmem.io import contained
+from diffmem.rundir import RunDir
 from diffmem.analysis.timescales import Estimate, TimescaleInputError
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -341,6 +342,15 @@ def seed_columns(runs: Sequence[RunSummary]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _scheduled(record: RunRecord) -> set[int] | None:
+    """The steps of a run's evaluation grid (every budget it had), None when its config.json cannot say."""
+    try:
+        stored = RunDir(record.path).read_config()
+    except ValueError:
+        return None
+    return set(stored.scheduled_steps()) if stored is not None else None
+
+
 def summarize_run(record: RunRecord) -> RunSummary:
     """Estimate tau_gen, tau_mem and tau_gap of one run from its metrics (rules: :mod:`diffmem.analysis.timescales`)."""
     steps = record.steps
@@ -370,7 +380,7 @@ def summarize_run(record: RunRecord) -> RunSummary:
         optimizer=record.config.train.optimizer, lr=record.config.train.lr,
         train_s=record.cost.train_s, eval_s=record.cost.eval_s,
         signals=run_signals(record.evaluations, estimates, record.name),
-        gap_sizes=run_gap_sizes(record.evaluations, record.config.eval.gap_sizes),
+        gap_sizes=run_gap_sizes(record.evaluations, record.config.eval.gap_sizes, tau_gap, _scheduled(record)),
     )
 
 
