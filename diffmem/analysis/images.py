@@ -417,20 +417,39 @@ class ImagesAnalysis:
     files: tuple[Path, ...] = ()
 
 
+def seed_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """The Student-t interval of the mean of per-seed fractions (k >= 2), ``mean +- t(level, k - 1) sd / sqrt k``
+    (scipy.stats.t), clipped to [0, 1]: the interval over what varies between seeds (which images a seed copies, its
+    training noise), not only over the sampling noise of one model."""
+    x = np.asarray(values, dtype=float)
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return max(0.0, float(x.mean()) - half), min(1.0, float(x.mean()) + half)
+
+
 def _cell_curve(runs: Sequence[RunImages]) -> dict[str, Any]:
-    """A cell's copied fraction against the step: mean over seeds at the base steps all its seeds evaluated, the
-    interval the Garwood interval of the seeds' summed count over (seeds x N) (module docstring)."""
+    """A cell's copied fraction against the step: mean over seeds at the base steps all its seeds evaluated. With two
+    seeds or more its interval (``lo``, ``hi``) is the Student-t interval over the seeds (:func:`seed_interval`),
+    which holds the seed-to-seed spread; with one seed, the Garwood interval of its count. ``sampling_lo`` /
+    ``sampling_hi``: the Garwood interval of the seeds' summed count over (seeds x N), the sampling noise alone
+    (module docstring)."""
     shared = sorted(set.intersection(*(set(r.timeline.steps.tolist()) for r in runs)))
-    rows = {"step": [], "n_samples": [], "mean": [], "lo": [], "hi": []}
+    rows: dict[str, Any] = {"step": [], "n_samples": [], "mean": [], "lo": [], "hi": [], "sampling_lo": [],
+                            "sampling_hi": [],
+                            "interval": ("Student t over the seeds' fractions" if len(runs) >= 2 else
+                                         "Garwood (one seed: sampling noise only)")}
     for step in shared:
         at = [int(np.flatnonzero(r.timeline.steps == step)[0]) for r in runs]
         limit = sum(r.timeline.n_train for r in runs)
         lo, hi = (v / limit for v in distinct_interval(sum(int(r.images_copied[e]) for r, e in zip(runs, at)), limit))
+        fractions = [float(r.fraction[e]) for r, e in zip(runs, at)]
         rows["step"].append(step)
         rows["n_samples"].append(int(runs[0].timeline.n_samples[at[0]]))
-        rows["mean"].append(float(np.mean([r.fraction[e] for r, e in zip(runs, at)])))
-        rows["lo"].append(lo)
-        rows["hi"].append(hi)
+        rows["mean"].append(float(np.mean(fractions)))
+        rows["sampling_lo"].append(lo)
+        rows["sampling_hi"].append(hi)
+        seed_lo, seed_hi = seed_interval(fractions) if len(runs) >= 2 else (lo, hi)
+        rows["lo"].append(seed_lo)
+        rows["hi"].append(seed_hi)
     return rows
 
 
