@@ -66,16 +66,18 @@ def test_the_digits_source_order_is_told_apart_and_the_shuffled_split_is_not():
     from diffmem.data import embedded_digits, make_splits
 
     digits = embedded_digits(8)
-    out = {}
-    for order in ("source", "shuffled"):
-        s = make_splits(digits, DataConfig(source="digits", image_size=8, n=128, n_heldout=1000, order=order))
-        used = set(s.train_indices.tolist()) | set(s.heldout_indices.tolist())
-        reference = np.array([i for i in range(len(digits)) if i not in used])
-        pixels = digits.images.numpy() / 255.0
-        out[order] = blind_baseline(pixels[s.train_indices], pixels[s.heldout_indices], pixels[reference],
-                                    permutations=199, seed=0)
-    assert out["source"].mmd_p < 0.05 and out["source"].auc_lo <= 0.5 <= out["source"].auc_hi
-    assert out["shuffled"].mmd_p > 0.05 and out["shuffled"].auc_lo <= 0.5 <= out["shuffled"].auc_hi
+    pixels = digits.images.numpy() / 255.0
+    for n in (64, 128):  # issue 59: a kernel two-sample test cannot tell the shuffled sets apart at N >= 64
+        out = {}
+        for order in ("source", "shuffled"):
+            s = make_splits(digits, DataConfig(source="digits", image_size=8, n=n, n_heldout=1000, order=order))
+            used = set(s.train_indices.tolist()) | set(s.heldout_indices.tolist())
+            reference = np.array([i for i in range(len(digits)) if i not in used])
+            out[order] = blind_baseline(pixels[s.train_indices], pixels[s.heldout_indices], pixels[reference],
+                                        permutations=199, seed=0)
+        assert out["source"].mmd_p < 0.05, n
+        assert out["shuffled"].mmd_p > 0.05 and out["shuffled"].auc_lo <= 0.5 <= out["shuffled"].auc_hi, n
+    assert out["source"].auc_lo <= 0.5 <= out["source"].auc_hi  # N = 128: the distance score does not see it
 
 
 @pytest.mark.e2e

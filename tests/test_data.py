@@ -410,35 +410,6 @@ def test_control_block_is_the_last_block_or_the_one_before_it():
         [None, 1, 0, 4, 4, 3]
 
 
-def test_on_digits_a_kernel_two_sample_test_cannot_tell_the_shuffled_train_set_from_its_non_members():
-    """Issue 59's criterion: on digits, the source order's first N images differ from its last 1000 (blocks by
-    writer), the shuffled split's do not. An RBF-kernel MMD permutation test (bandwidth: median distance)."""
-    digits = embedded_digits(8)
-    for n in (64, 128):
-        p = {}
-        for order in ("source", "shuffled"):
-            s = make_splits(digits, DataConfig(source="digits", image_size=8, n=n, n_heldout=1000, order=order))
-            p[order] = mmd_permutation_p(s.train, s.heldout, seed=0)
-        assert p["shuffled"] > 0.05, (n, p)
-    assert p["source"] < 0.05, p  # the ordered split at N = 128 is told apart: the test has the power to see it
-
-
-def mmd_permutation_p(a: torch.Tensor, b: torch.Tensor, seed: int, permutations: int = 300) -> float:
-    x = torch.cat([a, b]).reshape(len(a) + len(b), -1).double() / 255
-    d2 = torch.cdist(x, x) ** 2
-    k = torch.exp(-d2 / d2[d2 > 0].median())
-    m = len(a)
-    rng = np.random.default_rng(seed)
-
-    def mmd(idx: np.ndarray) -> float:
-        i, j = torch.from_numpy(idx[:m]), torch.from_numpy(idx[m:])
-        return float(k[i][:, i].mean() + k[j][:, j].mean() - 2 * k[i][:, j].mean())
-
-    observed = mmd(np.arange(len(x)))
-    null = [mmd(rng.permutation(len(x))) for _ in range(permutations)]
-    return (1 + sum(v >= observed for v in null)) / (1 + permutations)
-
-
 @pytest.mark.parametrize("total, expected", [(100, 50), (1797, 898), (202599, 50000), (3, 1)])
 def test_the_default_heldout_pool_is_half_the_source_at_most_50000(total, expected):
     assert default_heldout(total) == expected

@@ -222,3 +222,33 @@ def test_bias_before_mem_reads_the_intervals_and_bounds():
     assert bias_before_mem(row("tau_bias", 200, None, 200, censored=True), mem) == "yes"  # upper bound
     assert bias_before_mem(row("tau_bias", 5000, None, None, censored=True), mem) == "no"  # lower bound, later
     assert bias_before_mem(row("tau_bias", None), mem) == "-"
+
+
+def test_every_committed_verdict_reads_the_same_in_fits_json_report_md_and_the_readme():
+    """For every committed experiment with lag laws: each law's verdict (fits.json calibration.laws) is the one its
+    row of report.md shows, and a line of the README that names the law (in backticks) and gives a verdict gives
+    that one."""
+    import json
+    import re
+    from pathlib import Path
+
+    phrases = ("constant lag", "not resolved", "lag changes with")
+    checked = 0
+    for fits_path in sorted((Path(__file__).parents[1] / "results").glob("*/fits.json")):
+        laws = json.loads(fits_path.read_text()).get("calibration", {}).get("laws", [])
+        if not laws:
+            continue
+        report = (fits_path.parent / "report.md").read_text()
+        readme = (fits_path.parent / "README.md").read_text().splitlines()
+        verdicts: dict[str, set[str]] = {}
+        for law in laws:
+            row = [line for line in report.splitlines() if line.startswith(f"| `{law['law']}` | {law['runs']} |")]
+            assert len(row) == 1 and f"| {law['verdict']} |" in row[0], (fits_path, law["law"], law["runs"])
+            verdicts.setdefault(law["law"], set()).add(law["verdict"])
+            checked += 1
+        for line in readme:
+            named = [name for name in re.findall(r"`([a-z_0-9.]+_vs_n)`", line) if name in verdicts]
+            if named and any(p in line for p in phrases):
+                for name in named:
+                    assert any(v in line for v in verdicts[name]), (fits_path.parent.name, name, line)
+    assert checked > 0
