@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 import numpy as np
-from matplotlib.colors import TwoSlopeNorm
+from matplotlib.colors import SymLogNorm
 from matplotlib.lines import Line2D
 
 from diffmem.analysis.runfiles import RunRecord, read_json
@@ -74,6 +74,10 @@ def _mark_timescales(ax: Any, row: dict[str, Any]) -> None:
             ax.axvline(row[key], color="0.15", ls=ls, lw=1.0)
 
 
+GAP_LINEAR = 0.01
+"""The relative gap below which the gap map's colour scale is linear (symmetric log above it)."""
+
+
 def plot_gap_map(data: ExperimentFiles, width: int, out: FigureOutput) -> FigureResult:
     """``signals_gap_w{W}`` (module docstring)."""
     name = f"signals_gap_w{width:02d}"
@@ -84,9 +88,11 @@ def plot_gap_map(data: ExperimentFiles, width: int, out: FigureOutput) -> Figure
         return FigureResult(name, skipped=f"no run at W = {width} recorded the per-level losses")
     runs = _calibration_runs(data)
     fig, axes = new_figure(len(maps), sharey=True, size=(3.0, 2.6))
-    # the colour range: the 98th percentile of |gap| over the panels (a few extreme cells do not wash out the rest)
-    limit = float(np.nanpercentile(np.abs(np.concatenate([m[3].ravel() for m in maps])), 98)) or 1.0
-    norm = TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit)
+    # the colour range: every value, on a symmetric log scale that is linear within +-GAP_LINEAR, so that the gaps
+    # where the signals open (a few per cent to tens of per cent) show as clearly as the large ones of a copying model
+    limit = float(np.nanmax(np.abs(np.concatenate([m[3].ravel() for m in maps])))) or 1.0
+    norm = SymLogNorm(linthresh=GAP_LINEAR, linscale=0.5, vmin=-max(limit, GAP_LINEAR), vmax=max(limit, GAP_LINEAR),
+                      base=10)
     mesh = None
     for ax, (row, steps, levels, ratio) in zip(axes, maps):
         mesh = ax.pcolormesh(log_edges(steps), log_edges(levels), np.ma.masked_invalid(ratio), cmap="RdBu_r",
