@@ -183,6 +183,8 @@ def plot_calibration(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     fig, axes = new_figure(1, size=(3.6, 3.0))
     ax = axes[0]
     drawn, values = set(), []
+    base_width = min(data.widths) if data.widths else None
+    flagged = False
     for row in data.rows:
         mem = _point(row, "tau_mem")
         if mem is None:
@@ -191,10 +193,17 @@ def plot_calibration(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
             sig = _point(row, key)
             if sig is None:
                 continue
+            other_width = row["width"] != base_width  # another width: thin dashed bars, so N's colour is not W's
             bars = ax.errorbar([mem[0]], [sig[0]], xerr=[[mem[1]], [mem[2]]], yerr=[[sig[1]], [sig[2]]],
-                               color=colors[row["n"]], marker=marker, ms=4, ls="none", lw=0.8,
+                               color=colors[row["n"]], marker=marker, ms=4, ls="none", lw=0.6 if other_width else 0.8,
                                mfc="white" if key == "tau_gap_first" else colors[row["n"]])
             mark_interval(*bars[1], *bars[2])
+            if other_width:
+                for collection in bars[2]:
+                    collection.set_linestyle((0, (2, 1.5)))
+            if row.get(f"{key}_flag"):  # its control left its null: crossed out, it enters no law
+                ax.plot([mem[0]], [sig[0]], marker="x", color="black", ms=6, ls="none", zorder=6)
+                flagged = True
             drawn.add(row["n"])
             values += [mem[0] - mem[1], mem[0] + mem[2], sig[0] - sig[1], sig[0] + sig[2]]
     if not drawn:
@@ -214,6 +223,12 @@ def plot_calibration(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
              Line2D([], [], color="0.3", marker="s", mfc="white", ls="none",
                     label=r"$\tau_\mathrm{gap}$ (first level)"),
              Line2D([], [], color="0.3", lw=0.9, label="no lag"), Line2D([], [], color="0.3", ls=":", label="lag 10")]
+    if len(data.widths) > 1:
+        extra += [Line2D([], [], color="0.3", lw=0.8, label=f"W = {base_width}"),
+                  Line2D([], [], color="0.3", lw=0.6, ls=(0, (2, 1.5)),
+                         label="W = " + ", ".join(str(w) for w in data.widths if w != base_width))]
+    if flagged:
+        extra.append(Line2D([], [], color="black", marker="x", ls="none", label="control off its null"))
     legend_by_n(ax, sorted(drawn), colors, extra=extra, loc="upper left", fontsize=6)
     fig.canvas.draw()
     readable_log_axis(ax.xaxis)
