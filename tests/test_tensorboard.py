@@ -324,3 +324,32 @@ def test_a_tensorboard_server_answers_with_the_runs_and_tags_of_a_committed_expe
         server.kill()
         server.wait(timeout=10)
         server.stderr.close()
+
+
+def test_a_damaged_or_oversized_sample_grid_costs_one_warning_and_the_rest_is_written(tmp_path):
+    """One grid that is not a PNG, one whose header claims 5000 x 5000 pixels: each is named in one warning and
+    left out; every other point of the run, and the other runs, are written."""
+    import struct
+    import zlib
+
+    from diffmem.analysis.synthetic import write_synthetic_experiment
+    from diffmem.tensorboard.rebuild import write_tensorboard
+
+    planted = write_synthetic_experiment(tmp_path, [64, 128], widths=[8], n_evals=6, steps=lambda n, w: 400 * n,
+                                         tau_gen=lambda n, w: 2000.0, tau_mem=lambda n, w: 100.0 * n,
+                                         sample_grids=True)
+    run = RunDir(planted[0].path)
+    grids = sorted(run.samples_dir.glob("step_*.png"))
+    grids[0].write_bytes(b"not a png at all")
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 5000, 5000, 8, 0, 0, 0, 0)  # 25 M pixels: below PIL's bomb limit
+    grids[1].write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b""))
+                         + chunk(b"IEND", b""))
+    with pytest.warns(UserWarning) as caught:
+        summary = write_tensorboard(tmp_path, log=lambda _: None)
+    named = [str(w.message) for w in caught if "left out of TensorBoard" in str(w.message)]
+    assert len(named) == 2 and grids[0].name in named[0] + named[1] and grids[1].name in named[0] + named[1]
+    assert any("5000x5000" in message for message in named)  # the header alone was read
+    assert summary.folders == 2 and summary.points > 0

@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -73,11 +74,27 @@ def training_loss_point(step: int, loss: float) -> Point | None:
     return scalar(TRAINING_LOSS_TAG, step, loss)
 
 
-def image(tag: str, step: int, png: bytes) -> Point:
-    """An image point holding the PNG file ``png`` as it is."""
-    with Image.open(io.BytesIO(png)) as picture:
-        width, height = picture.size
-        channels = len(picture.getbands())
+MAX_GRID_PIXELS = 4096 * 4096
+"""The most pixels a sample grid's header may claim (a grid of 32 pairs of 64x64 images is under 2 % of it); a
+larger claim is a damaged or hostile file, not decoded."""
+
+
+def image(tag: str, step: int, png: bytes, source: str = "the image") -> Point | None:
+    """An image point holding the PNG file ``png`` as it is; None, with one warning naming ``source``, when it is
+    not a PNG, cannot be read, or its header claims more than :data:`MAX_GRID_PIXELS` (only the header is read:
+    no pixel is decoded here)."""
+    try:
+        with Image.open(io.BytesIO(png)) as picture:
+            kind = picture.format
+            width, height = picture.size
+            channels = len(picture.getbands())
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        warnings.warn(f"{source}: not a readable PNG ({type(e).__name__}); its image is left out of TensorBoard")
+        return None
+    if kind != "PNG" or width * height > MAX_GRID_PIXELS:
+        warnings.warn(f"{source}: {'a ' + str(kind) if kind != 'PNG' else 'a PNG'} of {width}x{height} pixels, not a "
+                      "sample grid; its image is left out of TensorBoard")
+        return None
     encoded = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=png)
     return Point(int(step), Summary.Value(tag=tag, image=encoded))
 
@@ -170,8 +187,10 @@ def run_points(run_dir: str | Path) -> list[Point]:
     for record in latest_per_step([r for r in run.metrics() if isinstance(r.get("step"), int)]):
         points += evaluation_points(record)
         grid = run.samples_path(int(record["step"]))
-        if grid.is_file():
-            points.append(image(SAMPLES_TAG, int(record["step"]), grid.read_bytes()))
+        if grid.is_file() and not grid.is_symlink():
+            picture = image(SAMPLES_TAG, int(record["step"]), grid.read_bytes(), str(grid))
+            if picture is not None:
+                points.append(picture)
     row = summary_row(run.path.parent, run.path.name)
     if row is not None:
         points.append(text(TIMESCALES_TAG, 0, timescales_text(row)))
