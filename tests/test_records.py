@@ -172,6 +172,7 @@ def test_evaluate_and_pairs_refuse_a_linked_file_before_any_work(tmp_path, capsy
 
 DAMAGES = {
     "NaN f_mem": (lambda r: r | {"f_mem": math.nan}, "'f_mem' is not a finite number"),
+    "negative fid_boot_std": (lambda r: r | {"fid_boot_std": -0.5}, "'fid_boot_std' is -0.5, below 0"),
     "infinite fid": (lambda r: r | {"fid": math.inf}, "'fid' is not a finite number"),
     "text f_mem": (lambda r: r | {"f_mem": "high"}, "'f_mem' is 'high', not a number or null"),
     "f_mem above 1": (lambda r: r | {"f_mem": 1.5}, "'f_mem' is 1.5, outside [0, 1]"),
@@ -514,3 +515,18 @@ def test_a_damaged_copies_line_is_one_record_error(tmp_path, damage, says):
         copies_lines(path, budget=10, n_train=40, min_samples=30)
     message = str(refused.value)
     assert len(message.splitlines()) == 1 and f"copies.jsonl line 1: {says}" in message, message
+
+
+def test_advise_refuses_a_law_that_predicts_an_infinite_step(tmp_path, capsys):
+    """A finite but absurd exponent (1e300) passes the fits.json checks and overflows the prediction: one line that
+    names the quantity and the law, exit 2, no 'recommended stop: step inf'."""
+    exp = tmp_path / "exp"
+    write_synthetic_experiment(exp, ns=[128, 256, 512], widths=[32], steps=lambda n, w: 3000 * n, n_evals=16)
+    assert main(["analyze", str(exp), "--no-figures"]) == 0
+    capsys.readouterr()
+    fits = json.loads((exp / "fits.json").read_text())
+    fits["tau_mem_vs_n"]["by_width"]["32"]["exponent"] = 1e300
+    (exp / "fits.json").write_text(json.dumps(fits))
+    assert main(["advise", "--n", "300", "--width", "32", "--from", str(exp)]) == 2
+    line = one_error_line(capsys)
+    assert "tau_mem predicted for N = 300, W = 32" in line and "not a finite number of steps" in line, line

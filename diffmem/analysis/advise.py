@@ -282,6 +282,11 @@ def advise_measured(n: int, width: int, tau_gen: Estimate, tau_mem: Estimate, ru
 
 def _advice(n: int, width: int, tau_gen: Prediction, tau_mem: Prediction, laws: str,
             warnings: list[str]) -> Advice:
+    for name, p in (("tau_gen", tau_gen), ("tau_mem", tau_mem)):
+        bad = [v for v in (p.value, p.lo, p.hi) if v is not None and not (math.isfinite(v) and v > 0)]
+        if bad:  # a law whose exponent or prefactor is absurd (a damaged or edited fits.json) predicts nothing
+            raise AdviceError(f"the {name} predicted for N = {n}, W = {width} from {laws} is {bad[0]!r}, not a "
+                              "finite number of steps; check the law in fits.json (or run `diffmem analyze` again)")
     window, stop, rule = stopping_step(tau_gen, tau_mem)
     if window == "empty":
         warnings.insert(0, f"no generalization window for N = {n}, W = {width}: memorization is predicted at "

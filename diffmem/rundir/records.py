@@ -5,7 +5,8 @@
 A folder may come from someone else or be damaged, so every recorded line (:func:`diffmem.io.read_jsonl_numbered`:
 a last line without its newline is not recorded) is checked before anything uses it: a JSON object; ``step`` an
 integer with 0 <= step <= the run's budget (``train.steps``, optimizer steps); every number finite (no NaN or
-infinity, in lists too); the measures numbers or null, fractions in [0, 1]; ``n_samples`` an integer of at least
+infinity, in lists too); the measures numbers or null, fractions in [0, 1], distances, spreads, losses, counts and
+seconds not below 0 (:data:`NONNEGATIVE`); ``n_samples`` an integer of at least
 the run's ``eval.n_samples`` (an evaluation never draws fewer); the per-level lists of a metrics line (``loss_ts``
 and the lists beside it) lists of numbers as long as ``loss_ts``, the AUCs in [0, 1]; a copies line's packed counts
 unpacked to exactly ``n_train`` values, its index lists increasing, inside the train set, their counts positive and
@@ -42,6 +43,12 @@ FRACTIONS = ("f_mem", "f_mem_lo", "f_mem_hi", "own_fraction", "own_fraction_lo",
              "control_membership_auc", "control_membership_auc_lo", "control_membership_auc_hi", "control_auc",
              "control_auc_lo", "control_auc_hi")
 """Keys that hold a fraction in [0, 1] (or null)."""
+
+
+NONNEGATIVE = ("fid", "fid_std", "fid_boot_std", "train_loss", "test_loss", "images_seen", "train_s", "wall_s",
+               "sample_s", "nn_s", "fid_s", "loss_s", "membership_s")
+"""Keys of a metrics.jsonl line that cannot be negative (a distance, its spread, a loss, a count, seconds): a negative
+one would be taken as a standard error or a loss by the analysis."""
 
 
 class RecordError(ValueError):
@@ -98,6 +105,8 @@ def record_problem(record: Any, *, budget: int | None = None, min_samples: int |
             return f"'{key}' is {value!r}, not a number or null"
         if key in FRACTIONS and value is not None and not 0 <= value <= 1:
             return f"'{key}' is {value}, outside [0, 1]"
+        if key in NONNEGATIVE and value is not None and value < 0:
+            return f"'{key}' is {value}, below 0"
     if (problem := _levels_problem(record)) is not None:
         return problem
     samples = record.get("n_samples")
