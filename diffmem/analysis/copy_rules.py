@@ -86,15 +86,10 @@ def rules_section(section: dict[str, Any] | None) -> list[str]:
     """report.md's table of the copy-rule sensitivity from fits.json's ``images.copy_rules``; [] without it."""
     if not section:
         return []
-    from diffmem.analysis.markdown import table
+    from diffmem.analysis.markdown import correlation_text, table
 
-    def rho(c: dict[str, Any] | None) -> str:
-        if not c or c.get("rho") is None:
-            return "-"
-        return f"{c['rho']:.2f}" + (f" [{c['lo']:.2f}, {c['hi']:.2f}]" if c.get("lo") is not None else "")
-
-    rows = [[run, rule, r["images_copied"], r["distinct_first_steps"], rho(r.get("rho_nn_train")),
-             rho(r.get("rho_nn_train_copied_only"))]
+    rows = [[run, rule, r["images_copied"], r["distinct_first_steps"], correlation_text(r.get("rho_nn_train")),
+             correlation_text(r.get("rho_nn_train_copied_only"))]
             for run, entry in section["runs"].items() for rule, r in entry["rules"].items()]
     return ["", "**The order of first copies under each copy rule** (base evaluations only, refinements left out): "
             "images copied, distinct first-copy steps, and Spearman's rho of the first copy step with the distance "

@@ -227,13 +227,7 @@ def fit_order_section(section: dict[str, Any] | None) -> list[str]:
     """report.md's section "Which images are fitted first" from fits.json's ``fit_order``; [] without it."""
     if not section:
         return []
-    from diffmem.analysis.markdown import table
-
-    def rho(c: dict[str, Any] | None) -> str:
-        if not c or c.get("rho") is None:
-            return "-"
-        ends = f" [{c['lo']:.2f}, {c['hi']:.2f}]" if c.get("lo") is not None else ""
-        return f"{c['rho']:.2f}{ends}"
+    from diffmem.analysis.markdown import correlation_text as rho, table
 
     run_rows = [[name, s["images_fitted"], f"{s['fitted_share_final']:.2f}", f"{s['control_rate_final']:.2f}",
                  rho(s["correlations"].get("nn_train_distance")), rho(s["correlations"].get("nn_heldout_distance"))]

@@ -63,6 +63,7 @@ import numpy as np
 from scipy import stats
 from scipy.stats import rankdata, spearmanr
 
+from diffmem.analysis.markdown import correlation_text
 from diffmem.analysis.runfiles import RunRecord, write_csv
 from diffmem.config import RunConfig
 from diffmem.rundir import RunDir, read_images_file
@@ -540,10 +541,8 @@ DESCRIPTOR_WORDS = {
 
 
 def _rho_text(c: dict[str, Any] | None) -> str:
-    if not c or c.get("rho") is None:
-        return "rho undefined (no image copied, or every image at one step)"
-    interval = f" [{c['lo']:.2f}, {c['hi']:.2f}]" if c.get("lo") is not None else ""
-    return f"rho = {c['rho']:.2f}{interval}"
+    text = correlation_text(c, "")
+    return f"rho = {text}" if text else "rho undefined (no image copied, or every image at one step)"
 
 
 def _excludes_zero(c: dict[str, Any] | None) -> int:

@@ -24,6 +24,14 @@ def estimate_text(row: dict[str, Any], key: str) -> str:
     return steps_text(value) + (f" [{steps_text(lo)}, {steps_text(hi)}]" if lo is not None and hi is not None else "")
 
 
+def correlation_text(c: dict[str, Any] | None, undefined: str = "-") -> str:
+    """A rank correlation of fits.json (``rho``, ``lo``, ``hi``) as ``0.42 [0.10, 0.70]``; ``undefined`` without
+    one."""
+    if not c or c.get("rho") is None:
+        return undefined
+    return f"{c['rho']:.2f}" + (f" [{c['lo']:.2f}, {c['hi']:.2f}]" if c.get("lo") is not None else "")
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """The lines of a markdown table (``|`` in a cell escaped, newlines made spaces)."""
     def line(cells: Sequence[str]) -> str:

@@ -46,41 +46,29 @@ class LevelReading:
         ``nonmember_n``) and, with a control block, the same with the control in the members' place
         (``control_losses``, ``control_gap_lo/hi``, ``control_auc``/``_lo``/``_hi``, ``control_membership_auc``/
         ``_lo``/``_hi``, ``control_n``)."""
-        train, others, control = self.train.numpy(), self.nonmembers.numpy(), self.control.numpy()
-        gaps = level_gaps(self.train, self.nonmembers)
-        aucs, combined = membership_aucs(train, others)
-        out: dict[str, Any] = {
-            "loss_ts": list(loss_ts),
-            "loss_steps": list(self.steps),
-            "train_losses": [g.train for g in gaps],
-            "test_losses": [g.test for g in gaps],
-            "loss_gap_lo": [g.gap_lo for g in gaps],
-            "loss_gap_hi": [g.gap_hi for g in gaps],
-            "membership_n": combined.m,
-            "nonmember_n": combined.n,
-            "auc": [a.auc for a in aucs],
-            "auc_lo": [a.lo for a in aucs],
-            "auc_hi": [a.hi for a in aucs],
-            "membership_auc": combined.auc,
-            "membership_auc_lo": combined.lo,
-            "membership_auc_hi": combined.hi,
-            "control_n": int(control.shape[1]),
-        }
-        if control.shape[1] >= 2:
-            control_gaps = level_gaps(self.control, self.nonmembers)
-            control_aucs, control_combined = membership_aucs(control, others)
-            out |= {
-                "control_losses": [g.train for g in control_gaps],
-                "control_gap_lo": [g.gap_lo for g in control_gaps],
-                "control_gap_hi": [g.gap_hi for g in control_gaps],
-                "control_auc": [a.auc for a in control_aucs],
-                "control_auc_lo": [a.lo for a in control_aucs],
-                "control_auc_hi": [a.hi for a in control_aucs],
-                "control_membership_auc": control_combined.auc,
-                "control_membership_auc_lo": control_combined.lo,
-                "control_membership_auc_hi": control_combined.hi,
-            }
+        out: dict[str, Any] = {"loss_ts": list(loss_ts), "loss_steps": list(self.steps)}
+        signal = _comparison(self.train, self.nonmembers)
+        renamed = {"losses": "train_losses", "heldout_losses": "test_losses", "gap_lo": "loss_gap_lo",
+                   "gap_hi": "loss_gap_hi"}
+        out |= {renamed.get(key, key): value for key, value in signal.items()}
+        out |= {"membership_n": int(self.train.shape[1]), "nonmember_n": int(self.nonmembers.shape[1]),
+                "control_n": int(self.control.shape[1])}
+        if self.control.shape[1] >= 2:  # the same keys, "control_" before each, the control in the members' place
+            control = _comparison(self.control, self.nonmembers)
+            out |= {f"control_{key}": value for key, value in control.items() if key != "heldout_losses"}
         return out
+
+
+def _comparison(members: torch.Tensor, nonmembers: torch.Tensor) -> dict[str, Any]:
+    """One group against the non-members, per level and combined: the mean losses of both groups, the interval of
+    the gap, the AUC per level and of the levels combined (the metrics line's key names, without a prefix; the
+    train set's gap interval and AUCs are ``loss_gap_lo`` ... ``membership_auc_hi``)."""
+    gaps = level_gaps(members, nonmembers)
+    aucs, combined = membership_aucs(members.numpy(), nonmembers.numpy())
+    return {"losses": [g.train for g in gaps], "heldout_losses": [g.test for g in gaps],
+            "gap_lo": [g.gap_lo for g in gaps], "gap_hi": [g.gap_hi for g in gaps],
+            "auc": [a.auc for a in aucs], "auc_lo": [a.lo for a in aucs], "auc_hi": [a.hi for a in aucs],
+            "membership_auc": combined.auc, "membership_auc_lo": combined.lo, "membership_auc_hi": combined.hi}
 
 
 def level_reading(model: torch.nn.Module, diffusion: Diffusion, train_x: torch.Tensor, nonmember_x: torch.Tensor,
