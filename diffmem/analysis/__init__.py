@@ -8,8 +8,20 @@
 - :mod:`~diffmem.analysis.runfiles`: reading run folders, atomic writes of the analysis files
 - :mod:`~diffmem.analysis.synthetic`: synthetic experiment folders with planted timescales (tests, docs)
 """
-from diffmem.analysis.powerlaw import fit_power_law, load_fits
-from diffmem.analysis.scaling import Summary, analyze
-from diffmem.analysis.timescales import Estimate, tau_gap, tau_gen, tau_mem
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {"fit_power_law": "powerlaw", "load_fits": "powerlaw", "Summary": "scaling", "analyze": "scaling",
+         "Estimate": "timescales", "tau_gap": "timescales", "tau_gen": "timescales", "tau_mem": "timescales"}
 
 __all__ = ["Estimate", "Summary", "analyze", "fit_power_law", "load_fits", "tau_gap", "tau_gen", "tau_mem"]
+
+
+def __getattr__(name: str) -> Any:
+    """The package's face, imported on first use (PEP 562): importing one module of the package, as the commands that
+    only read run folders do (``diffmem.analysis.runfiles``), does not import the fits and scipy.stats with it."""
+    if name in _HOME:
+        return getattr(importlib.import_module(f"diffmem.analysis.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'diffmem.analysis' has no attribute {name!r}")

@@ -356,3 +356,14 @@ def read_figure_index(figures_dir: str | Path) -> list[dict[str, Any]] | None:
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
         raise RunFolderError(f"{path} is not a figure index; rerun `diffmem analyze`")
     return entries
+
+
+def quality_se(record: dict[str, Any]) -> float | None:
+    """The standard error of one evaluation's FID (FD): its bootstrap over samples (``fid_boot_std``) when recorded,
+    else the spread over its K reference sets divided by sqrt K (``fid_std``), else None. (Here, not in
+    :mod:`diffmem.analysis.timescales`, so that TensorBoard's reader of run folders imports no scipy.)"""
+    if record.get("fid_boot_std") is not None:
+        return float(record["fid_boot_std"])
+    if record.get("fid_std") is not None and record.get("fid_sets"):
+        return float(record["fid_std"]) / float(np.sqrt(len(record["fid_sets"])))
+    return None

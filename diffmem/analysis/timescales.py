@@ -114,6 +114,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import ndimage, stats
 
+from diffmem.analysis.runfiles import quality_se  # its home: runfiles, which imports no scipy
 
 CI_Z = float(stats.norm.ppf(0.975))  # tau_gen's interval: crossings for each evaluation's 95% bounds, fid -/+ 1.96 se
 
@@ -557,16 +558,6 @@ def tau_bias_level(steps: Sequence[float], bias: Sequence[float | None], bias_lo
 
 
 # --- all three from a run's metrics records --------------------------------------------------------------------------
-
-def quality_se(record: dict[str, Any]) -> float | None:
-    """The standard error of one evaluation's FID (FD): its bootstrap over samples (``fid_boot_std``) when recorded,
-    else the spread over its K reference sets divided by sqrt K (``fid_std``), else None."""
-    if record.get("fid_boot_std") is not None:
-        return float(record["fid_boot_std"])
-    if record.get("fid_std") is not None and record.get("fid_sets"):
-        return float(record["fid_std"]) / float(np.sqrt(len(record["fid_sets"])))
-    return None
-
 
 def estimate_run(records: Sequence[dict[str, Any]],
                  mem_levels: Sequence[float] = (0.01, 0.1)) -> dict[str, Estimate]:

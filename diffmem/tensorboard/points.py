@@ -7,7 +7,7 @@ Tags of a run (one TensorBoard run per run folder):
   interval (metrics.jsonl);
 * ``quality/FID`` (or ``quality/FD (<extractor>)``, named as in the figures by
   :func:`diffmem.metrics.extractor_names.metric_label`) and ``quality/FID standard error``
-  (:func:`diffmem.analysis.timescales.quality_se`);
+  (:func:`diffmem.analysis.runfiles.quality_se`);
 * ``loss_gap/train_loss``, ``loss_gap/test_loss``, ``loss_gap/gap`` (test - train) at the fixed diffusion time
   ``eval.loss_t``, and ``loss_gap/t=<t>`` (test - train) at each diffusion time ``t`` of ``eval.loss_ts`` (written
   ``%g``: ``loss_gap/t=0.01``);
@@ -42,8 +42,7 @@ from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.text.metadata import create_summary_metadata
 
-from diffmem.analysis.runfiles import latest_per_step
-from diffmem.analysis.timescales import quality_se
+from diffmem.analysis.runfiles import latest_per_step, quality_se
 from diffmem.metrics.extractor_names import metric_label
 from diffmem.rundir import RunDir
 from diffmem.tensorboard.eventdir import Point
