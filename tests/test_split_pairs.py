@@ -518,13 +518,18 @@ def test_a_pair_whose_control_bias_leaves_zero_is_flagged_and_enters_no_law(tmp_
     analyze(exp)
     rows = {r["run"]: r for r in read_csv(exp / "summary.csv")}
     law = json.loads((exp / "fits.json").read_text())["tau_bias_vs_n"]
-    if control_opens:
+    level_law = json.loads((exp / "fits.json").read_text())["tau_bias_at_0.05_vs_n"]
+    if control_opens:  # the control bias is the bias's own curve: it reaches every level too
         assert all(str(rows[r.name]["tau_bias_flag"]).startswith("the control of tau_bias") for r in planted)
         assert law["n_runs"] == 0 and all(e["reason"].startswith("flagged, left out") for e in law["excluded"])
+        assert all(str(rows[r.name]["tau_bias_at_0.05_flag"]).startswith("the control of tau_bias_at_0.05")
+                   for r in planted)
+        assert level_law["n_runs"] == 0
     else:
         assert all(rows[r.name]["tau_bias_flag"] in ("", None) and rows[r.name]["tau_bias_control"] is None
                    for r in planted)
-        assert law["n_runs"] == 3
+        assert all(rows[r.name]["tau_bias_at_0.05_flag"] in ("", None) for r in planted)
+        assert law["n_runs"] == 3 and level_law["n_runs"] == 3
 
 
 def test_analyze_reads_the_bias_level_crossings_per_pair_and_fits_their_laws(tmp_path):

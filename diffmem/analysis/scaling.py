@@ -90,8 +90,9 @@ pairs`): both members' rows name their pair (the split-0 run's name) and carry t
 ``tau_bias_lo`` / ``tau_bias_hi`` (the bracket of evaluations: the one before and the one from which the bias stays
 established, optimizer steps), whether it is censored, and the pair's paired evaluations ``pair_evals``, then its
 no-member control: ``tau_bias_control``, the step from which the control bias left 0 by tau_bias's rule (either
-way; empty: it held), and ``tau_bias_flag``, why the bias is flagged (empty: not flagged; a flagged pair enters no
-law); both empty for lines written before the control bias. Other runs leave them empty. After them come six columns per level L of ``eval.bias_levels`` (:func:`level_columns` of
+way; empty: it held), and ``tau_bias_flag``, why tau_bias is flagged (empty: not flagged; a flagged value enters no
+law); both empty for lines written before the control bias. After the level columns, ``tau_bias_at_L_flag`` per
+level: flagged when the control bias itself reaches L (either sign), by the crossing's rule. Other runs leave them empty. After them come six columns per level L of ``eval.bias_levels`` (:func:`level_columns` of
 ``tau_bias``): ``tau_bias_at_L``, ``_lo``, ``_hi``, ``_censored``, ``_bracket_lo``, ``_bracket_hi``, the step at
 which the pair's bias crosses L, its interval, and the two evaluations it is interpolated between."""
 
@@ -127,9 +128,9 @@ def level_columns(levels: Sequence[float], quantity: str = "tau_mem") -> list[st
 
 def level_keys(rows: Sequence[dict[str, Any]], quantity: str = "tau_mem") -> list[str]:
     """The level-crossing timescales of ``quantity`` that summary.csv rows hold (``tau_mem_at_0.01``, ...; their
-    ``_lo``/``_hi``/``_censored`` columns left out), by level."""
+    ``_lo``/``_hi``/``_censored``/``_flag`` columns left out), by level."""
     prefix = f"{quantity}_at_"
-    keys = {k for r in rows for k in r if k.startswith(prefix) and not k.endswith(("_lo", "_hi", "_censored"))}
+    keys = {k for r in rows for k in r if k.startswith(prefix) and not k.endswith(("_lo", "_hi", "_censored", "_flag"))}
     return sorted(keys, key=level_of)
 
 
@@ -251,17 +252,27 @@ class PairSummary:
     tau_bias: Estimate
     levels: dict[str, Estimate] = field(default_factory=dict)  # tau_bias_at_L per level L of eval.bias_levels
     control: ControlReading | None = None  # tau_bias's rule on the control bias (pairs.jsonl control_bias_*)
+    level_controls: dict[str, ControlReading] = field(default_factory=dict)  # per level: the control bias reaches L?
 
     @property
     def flag(self) -> str:
-        """Why the pair's bias is flagged ('' when its control held its null or it has none)."""
+        """Why the pair's tau_bias is flagged ('' when its control held its null or it has none)."""
         return self.control.flag("tau_bias (the control bias)") if self.control is not None else ""
+
+    def flag_of(self, quantity: str) -> str:
+        """Why ``quantity`` is flagged: tau_bias when the control bias left 0 by tau_bias's rule; a level crossing
+        tau_bias_at_L when the control bias itself reaches L (either sign) by the crossing's rule: a size the
+        blocks alone give is not the models'. '' when not flagged."""
+        if quantity == "tau_bias":
+            return self.flag
+        control = self.level_controls.get(quantity)
+        return control.flag(f"{quantity} (the control bias reaches the level)") if control is not None else ""
 
     def estimate(self, quantity: str) -> Estimate:
         """tau_bias or one of its level crossings by name (a pair has no other timescale); no value, naming the
-        flag, when the control bias left its null."""
-        if self.flag:
-            return Estimate(None, None, None, False, f"flagged, left out: {self.flag}")
+        flag, when its control flags it (:meth:`flag_of`)."""
+        if flag := self.flag_of(quantity):
+            return Estimate(None, None, None, False, f"flagged, left out: {flag}")
         if quantity == "tau_bias":
             return self.tau_bias
         if quantity in self.levels:
@@ -277,6 +288,7 @@ class PairSummary:
                  "tau_bias_flag": self.flag if self.control is not None else None}
         for name, est in self.levels.items():
             cells |= level_cells_of(name, est)
+            cells[f"{name}_flag"] = self.flag_of(name) if self.control is not None else None
         return cells
 
 
@@ -294,21 +306,25 @@ def summarize_pairs(lines_by_pair: dict[str, list[dict[str, Any]]],
         steps = [float(r["step"]) for r in lines]
         bias, bias_lo, bias_hi = ([r.get(k) for r in lines] for k in ("bias", "bias_lo", "bias_hi"))
         levels = (bias_levels or {}).get(pair, EvalConfig.bias_levels)
-        control = None
+        control, level_controls = None, {}
         try:
             est = timescales.tau_bias(steps, bias_lo)
             crossings = {level_name(v, "tau_bias"): timescales.tau_bias_level(steps, bias, bias_lo, bias_hi, v)
                          for v in levels}
             if any(r.get("control_bias_lo") is not None for r in lines):  # lines written before it have none
-                control = ControlReading(
-                    timescales.tau_bias(steps, [r.get("control_bias_lo") for r in lines]),
-                    timescales.tau_bias(steps, [None if r.get("control_bias_hi") is None else -r["control_bias_hi"]
-                                                for r in lines]))
+                c, c_lo, c_hi = ([r.get(k) for r in lines] for k in ("control_bias", "control_bias_lo",
+                                                                       "control_bias_hi"))
+                neg = lambda values: [None if v is None else -v for v in values]  # noqa: E731
+                control = ControlReading(timescales.tau_bias(steps, c_lo), timescales.tau_bias(steps, neg(c_hi)))
+                level_controls = {level_name(v, "tau_bias"): ControlReading(
+                    timescales.tau_bias_level(steps, c, c_lo, c_hi, v),
+                    timescales.tau_bias_level(steps, neg(c), neg(c_hi), neg(c_lo), v)) for v in levels}
         except TimescaleInputError as e:
             warnings.warn(f"pair {pair}: tau_bias not estimated: {e}", stacklevel=2)
             est, crossings = Estimate(None, None, None, False, str(e)), {}
         out.append(PairSummary(pair, (str(first.get("run_a")), str(first.get("run_b"))), int(first["n"]),
-                               int(first["width"]), int(first["seed_train"]), len(lines), est, crossings, control))
+                               int(first["width"]), int(first["seed_train"]), len(lines), est, crossings, control,
+                               level_controls))
     return tuple(out)
 
 
@@ -698,7 +714,8 @@ def analyze(experiment_dir: str | Path, *, out_dir: str | Path | None = None,
                             + tuple(gap_size_columns(sorted({v for rec in records for v in rec.config.eval.gap_sizes}),
                                                      sorted({t for r in records for t in recorded_levels(r.evaluations)}))
                                     if any(r.gap_sizes for r in runs) else ())
-                            + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias")) if pairs else ())
+                            + ((*PAIR_COLUMNS, *level_columns(bias_levels, "tau_bias"),
+                                *(f"{level_name(v, 'tau_bias')}_flag" for v in bias_levels)) if pairs else ())
                             + (SUMMARY_IMAGE_COLUMNS if images.section else ())
                             + (SUMMARY_FIT_COLUMNS if fitted.section else ())
                             + (BLIND_COLUMNS if blind else ()),

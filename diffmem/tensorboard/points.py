@@ -168,7 +168,7 @@ def timescales_text(row: dict[str, str]) -> str:
     whether it is only a bound (censored)."""
     keys = [k for k in TIMESCALE_KEYS if k in row]
     keys += [k for k in row if k.startswith(("tau_mem_at_", "tau_bias_at_"))
-             and not k.endswith(("_lo", "_hi", "_censored"))]
+             and not k.endswith(("_lo", "_hi", "_censored", "_flag"))]
     lines = ["| timescale (steps) | value | 95 % interval | bound only |", "|---|---|---|---|"]
     for key in keys:
         lo, hi = row.get(f"{key}_lo") or "", row.get(f"{key}_hi") or ""
