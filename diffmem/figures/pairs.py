@@ -110,6 +110,11 @@ def plot_pairs(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
             if key == "bias":
                 for level in bias_levels:
                     ax.axhline(level, color="0.35", ls="--", lw=0.7, zorder=1)
+                for p in of_width:  # the control bias: the other train set against a block neither model saw
+                    control = p.series("control_bias")
+                    if np.isfinite(control).any():
+                        ax.plot(p.steps, control, color=colors[p.n], ls=(0, (1, 1.5)), lw=0.9, zorder=2)
+                        marks.add("control")
                 bias_axis(ax)
             elif key == "pair_distance" and all((p.series(key)[np.isfinite(p.series(key))] > 0).all()
                                                 for p in of_width):
@@ -124,12 +129,14 @@ def plot_pairs(data: ExperimentFiles, out: FigureOutput) -> FigureResult:
     if bias_levels:
         extra.append(Line2D([], [], color="0.35", ls="--", lw=0.7,
                             label="bias levels " + ", ".join(f"{v:g}" for v in bias_levels)
-                            + r" (their crossings $\tau_\mathrm{bias}$ at L: summary.csv)"))
+                            + r" ($\tau_\mathrm{bias}$ at L: summary.csv)"))
     names = {"tau_bias": r"$\tau_\mathrm{bias}$ (bar: bracket)", "tau_gen": r"$\tau_\mathrm{gen}$ of each run",
              "tau_mem": r"$\tau_\mathrm{mem}$ of each run"}
     extra += [Line2D([], [], ls="none", color="0.3", mec="0.3", mfc="0.3" if k == "tau_bias" else "white",
                      label=names[k], **{a: v for a, v in PAIR_MARKERS[k].items() if a not in ("mec", "mfc")})
               for k in PAIR_MARKERS if k in marks]
+    if "control" in marks:  # first: a short label, so the legend's long ones stay in one column
+        extra.insert(0, Line2D([], [], color="0.3", ls=(0, (1, 1.5)), lw=0.9, label="control bias (must read 0)"))
     if "bound" in marks:
         extra.append(Line2D([], [], ls="none", marker=">", mfc="none", mec="0.3",
                             label=r"$\tau_\mathrm{bias}$ censored (points where it lies)"))
