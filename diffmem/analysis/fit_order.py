@@ -173,6 +173,7 @@ def analyze_fit_order(records: Sequence[Any], target: Any) -> FitOrderAnalysis:
     orders: dict[str, FitOrder] = {}
     cache: dict[Any, Any] = {}
     by_record = {}
+    trained_on: dict[str, Any] = {}  # images.json's train indices (older folders: the subset index), read once
     for r in records:
         lines = [line for _, line in image_losses_lines(RunDir(r.path).image_losses_path, r.config.train.steps,
                                                         r.n)]
@@ -180,7 +181,8 @@ def analyze_fit_order(records: Sequence[Any], target: Any) -> FitOrderAnalysis:
         if order is None:
             continue
         manifest = read_images_file(RunDir(r.path))
-        key = (r.config.data, r.config.eval.loss_n_test, manifest.train if manifest else None)
+        trained_on[r.name] = manifest.train if manifest else r.config.data.subset_index  # the run's train set
+        key = (r.config.data, r.config.eval.loss_n_test, trained_on[r.name])
         if key not in cache:
             try:
                 cache[key] = train_images(r.config, RunDir(r.path).recorded_dataset_sha256()).descriptors
@@ -202,8 +204,7 @@ def analyze_fit_order(records: Sequence[Any], target: Any) -> FitOrderAnalysis:
     groups: dict[tuple[Any, ...], list[str]] = {}
     for name in orders:
         r = by_record[name]
-        manifest = read_images_file(RunDir(r.path))
-        groups.setdefault((r.n, r.width, manifest.train if manifest else r.config.data.subset_index), []).append(name)
+        groups.setdefault((r.n, r.width, trained_on[name]), []).append(name)
     cells = []
     for (n, width, _), names in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         agreement = seed_agreement([orders[k] for k in names])
